@@ -1,0 +1,50 @@
+# PASSING — see README.md. `make help` lists the targets.
+SHELL := /bin/bash
+P4C ?= p4c-bm2-ss
+BUILD ?= build
+P4_MAIN := p4src/passing.p4
+P4_SRCS := $(wildcard p4src/*.p4 p4src/include/*.p4)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: help setup build test lint bench-bmv2 run-topology clean
+
+help:
+	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
+	@echo "make build         compile p4src/ with $(P4C) into $(BUILD)/ (BMv2 JSON + P4Info text)"
+	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
+	@echo "make lint          ruff"
+	@echo "make bench-bmv2    aggregation packets/s vs plain forwarding on the same BMv2"
+	@echo "make run-topology  start a Mininet topology (not yet available)"
+
+setup:
+	./scripts/setup.sh
+
+build: $(BUILD)/passing.json
+
+$(BUILD)/passing.json: $(P4_SRCS)
+	@command -v $(P4C) >/dev/null 2>&1 || { \
+	  echo "make build: '$(P4C)' (the p4c BMv2 backend) is not on PATH."; \
+	  echo "  p4c is in no package registry; use the p4lang Docker images (docker/) or build p4c"; \
+	  echo "  from source, then run 'make build' again (or 'make build P4C=/path/to/p4c-bm2-ss')."; \
+	  exit 2; }
+	@mkdir -p $(BUILD)
+	$(P4C) --arch v1model --std p4-16 -o $(BUILD)/passing.json \
+	  --p4runtime-files $(BUILD)/passing.p4info.txt $(P4_MAIN)
+	@echo "built $(BUILD)/passing.json and $(BUILD)/passing.p4info.txt"
+
+test:
+	$(PY) -m pytest
+
+lint:
+	$(PY) -m ruff check .
+
+bench-bmv2: build
+	$(PY) -m bench.bmv2_pps --json-out $(BUILD)/bench-bmv2.json
+
+run-topology:
+	@echo "make run-topology: the Mininet topologies are not implemented yet (see the issue tracker)."
+	@exit 2
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,1 @@
+"""P4Runtime control plane (see issue: controller)."""

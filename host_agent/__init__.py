@@ -1,0 +1,1 @@
+"""Per-server agent: in-host pre-aggregation and streaming to the switch."""

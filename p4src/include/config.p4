@@ -1,0 +1,56 @@
+/* Compile-time constants of the PASSING pipeline.
+ * passing/protocol.py holds the same numbers; tests/p4/test_p4_matches_python.py fails if they drift. */
+#ifndef _PASSING_CONFIG_P4_
+#define _PASSING_CONFIG_P4_
+
+/* Values per packet. 64 lanes x 32 bits fill one 2048-bit word, the widest register p4c accepts,
+ * so one register read, one add and one write handle the whole packet (see aggregation.p4). */
+#define PASSING_K 64
+#define VALUES_BITS 2048
+
+/* Slots per switch (each slot has two versions) and rows of per-job counters. */
+#define SLOT_CAPACITY 4096
+#define MAX_JOBS 256
+#define JOB_DROP_STRIDE 8
+#define GLOBAL_DROP_SLOTS 4
+
+const bit<16> PASSING_UDP_PORT = 48879;
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<8>  IP_PROTO_UDP = 17;
+
+/* Byte counts used to reject truncated or padded aggregation packets. */
+const bit<16> PASSING_HDR_BYTES = 16;
+const bit<16> PASSING_UDP_LEN = 8 + 16 + (PASSING_K * 4);
+const bit<16> PASSING_IPV4_LEN = 20 + 8 + 16 + (PASSING_K * 4);
+
+/* flags */
+const bit<8> FLAG_CONTRIB = 0x01;
+const bit<8> FLAG_RESULT  = 0x02;
+const bit<8> FLAG_RETRANS = 0x04;
+const bit<8> FLAGS_KNOWN  = 0x07;
+
+/* Per-job drop reasons (index = stat_idx * JOB_DROP_STRIDE + reason in job_drops). */
+const bit<8> DROP_NONE            = 0xff;
+const bit<8> DROP_NOT_MEMBER      = 0;
+const bit<8> DROP_BAD_CONTRIBUTOR = 1;
+const bit<8> DROP_SLOT_RANGE      = 2;
+const bit<8> DROP_BAD_VERSION     = 3;
+const bit<8> DROP_BAD_FLAGS       = 4;
+const bit<8> DROP_STALE_RESULT    = 5;
+
+/* Drops that belong to no job (index in global_drops). */
+const bit<8> GDROP_UNKNOWN_JOB = 0;
+const bit<8> GDROP_MALFORMED   = 1;
+
+/* Job roles (job_config.set_job's is_root). */
+const bit<1> ROLE_NON_ROOT = 0;
+const bit<1> ROLE_ROOT     = 1;
+
+/* The top bit of every 32-bit lane, for lane-parallel addition without carries between lanes. */
+const bit<128>  MSB_128  = 128w0x80000000800000008000000080000000;
+const bit<512>  MSB_512  = MSB_128 ++ MSB_128 ++ MSB_128 ++ MSB_128;
+const bit<2048> MSB_2048 = MSB_512 ++ MSB_512 ++ MSB_512 ++ MSB_512;
+const bit<VALUES_BITS> LANE_MSB = (bit<VALUES_BITS>)MSB_2048;
+const bit<VALUES_BITS> LANE_LOW = ~LANE_MSB;
+
+#endif

@@ -1,0 +1,83 @@
+/* Packet headers and metadata. The PASSING header layout is documented in docs/protocol.md and
+ * defined once in passing/protocol.py. */
+#ifndef _PASSING_HEADERS_P4_
+#define _PASSING_HEADERS_P4_
+
+#include "config.p4"
+
+header ethernet_t {
+    bit<48> dst_addr;
+    bit<48> src_addr;
+    bit<16> ether_type;
+}
+
+header ipv4_t {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<8>  diffserv;
+    bit<16> total_len;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> frag_offset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdr_checksum;
+    bit<32> src_addr;
+    bit<32> dst_addr;
+}
+
+header udp_t {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+header passing_t {
+    bit<16> job_id;
+    bit<16> slot;
+    bit<8>  contributor;
+    bit<8>  flags;
+    bit<8>  version;
+    bit<8>  level;
+    bit<32> frag;
+    bit<16> num_contrib;
+    bit<8>  exp;
+    bit<8>  reserved;
+}
+
+/* K 32-bit two's complement values, value 0 in the most significant bits (first on the wire).
+ * Kept as one field so the aggregation adds all lanes in one operation. */
+header values_t {
+    bit<VALUES_BITS> data;
+}
+
+struct headers_t {
+    ethernet_t ethernet;
+    ipv4_t     ipv4;
+    udp_t      udp;
+    passing_t  passing;
+    values_t   values;
+}
+
+/* What job_config and membership tell the pipeline about the packet's job. */
+struct job_md_t {
+    bit<1>  hit;
+    bit<32> pool_base;
+    bit<16> pool_size;
+    bit<8>  fan_in;
+    bit<16> mcast_grp;
+    bit<32> gen;
+    bit<1>  is_root;
+    bit<9>  uplink_port;
+    bit<32> stat_idx;
+    bit<1>  is_member;
+    bit<8>  member_cid;
+}
+
+struct metadata_t {
+    job_md_t job;
+    bit<1>   flooded;
+}
+
+#endif

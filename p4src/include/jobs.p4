@@ -1,0 +1,89 @@
+/* Admission of aggregation packets: well-formedness, job lookup, membership, and the range checks
+ * that guarantee a packet can only ever touch its own job's slots. A rejected packet leaves with a
+ * reason: gdrop when no job can be named, jdrop otherwise; the ingress counts and drops it. */
+#ifndef _PASSING_JOBS_P4_
+#define _PASSING_JOBS_P4_
+
+#include "headers.p4"
+
+control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t sm,
+                     out bit<8> gdrop, out bit<8> jdrop) {
+    /* One entry per job at this switch. gen makes slot state left by any earlier job count as
+     * empty (BMv2's P4Runtime cannot clear registers); is_root/uplink_port give the job's role. */
+    @name(".set_job") action set_job(bit<32> pool_base, bit<16> pool_size, bit<8> fan_in,
+                                     bit<16> mcast_grp, bit<32> gen, bit<1> is_root,
+                                     bit<9> uplink_port, bit<32> stat_idx) {
+        meta.job.hit = 1;
+        meta.job.pool_base = pool_base;
+        meta.job.pool_size = pool_size;
+        meta.job.fan_in = fan_in;
+        meta.job.mcast_grp = mcast_grp;
+        meta.job.gen = gen;
+        meta.job.is_root = is_root;
+        meta.job.uplink_port = uplink_port;
+        meta.job.stat_idx = stat_idx;
+    }
+    @name(".job_config") table job_config {
+        key = { hdr.passing.job_id: exact; }
+        actions = { set_job; @defaultonly NoAction; }
+        default_action = NoAction();
+        size = MAX_JOBS;
+    }
+
+    /* (job, ingress port) -> the contributor id that port must use. */
+    @name(".set_member") action set_member(bit<8> contributor) {
+        meta.job.is_member = 1;
+        meta.job.member_cid = contributor;
+    }
+    @name(".membership") table membership {
+        key = {
+            hdr.passing.job_id: exact;
+            sm.ingress_port: exact;
+        }
+        actions = { set_member; @defaultonly NoAction; }
+        default_action = NoAction();
+        size = 8192;
+    }
+
+    apply {
+        gdrop = DROP_NONE;
+        jdrop = DROP_NONE;
+        if (!hdr.values.isValid() || sm.checksum_error == 1 ||
+                hdr.ipv4.total_len != PASSING_IPV4_LEN || hdr.udp.length != PASSING_UDP_LEN) {
+            gdrop = GDROP_MALFORMED;
+        } else {
+            job_config.apply();
+            if (meta.job.hit == 0) {
+                gdrop = GDROP_UNKNOWN_JOB;
+            } else {
+                membership.apply();
+                /* The order of these checks is part of the contract (docs/protocol.md): it decides
+                 * which reason a packet with several faults is counted under. */
+                bit<8> kind = hdr.passing.flags & (FLAG_CONTRIB | FLAG_RESULT);
+                if ((hdr.passing.flags & ~FLAGS_KNOWN) != 0 ||
+                        (kind != FLAG_CONTRIB && kind != FLAG_RESULT)) {
+                    jdrop = DROP_BAD_FLAGS;
+                } else if (kind == FLAG_CONTRIB) {
+                    if (meta.job.is_member == 0) {
+                        jdrop = DROP_NOT_MEMBER;
+                    } else if (hdr.passing.contributor != meta.job.member_cid) {
+                        jdrop = DROP_BAD_CONTRIBUTOR;
+                    }
+                } else if (meta.job.is_root == ROLE_ROOT ||
+                           sm.ingress_port != meta.job.uplink_port) {
+                    /* Results are only accepted from above, by a non-root switch. */
+                    jdrop = DROP_NOT_MEMBER;
+                }
+                if (jdrop == DROP_NONE) {
+                    if (hdr.passing.slot >= meta.job.pool_size) {
+                        jdrop = DROP_SLOT_RANGE;
+                    } else if (hdr.passing.version > 1) {
+                        jdrop = DROP_BAD_VERSION;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,66 @@
+/* PASSING: in-network aggregation of pre-aggregated gradients (v1model, BMv2 simple_switch_grpc).
+ * One concern per file under include/; this file only wires them together. */
+#include <core.p4>
+#include <v1model.p4>
+
+#include "include/config.p4"
+#include "include/headers.p4"
+#include "include/parser.p4"
+#include "include/checksums.p4"
+#include "include/forwarding.p4"
+#include "include/jobs.p4"
+#include "include/aggregation.p4"
+#include "include/peers.p4"
+
+control PassingIngress(inout headers_t hdr, inout metadata_t meta,
+                       inout standard_metadata_t sm) {
+    @name(".global_drops") counter(GLOBAL_DROP_SLOTS, CounterType.packets) global_drops;
+    @name(".job_drops") counter(MAX_JOBS * JOB_DROP_STRIDE, CounterType.packets) job_drops;
+
+    JobAdmission() admission;
+    Aggregation() aggregation;
+    L2Forward() l2;
+
+    apply {
+        if (hdr.udp.isValid() && hdr.udp.dst_port == PASSING_UDP_PORT) {
+            bit<8> gdrop;
+            bit<8> jdrop;
+            admission.apply(hdr, meta, sm, gdrop, jdrop);
+            if (gdrop == DROP_NONE && jdrop == DROP_NONE) {
+                aggregation.apply(hdr, meta, sm, jdrop);
+            }
+            if (gdrop != DROP_NONE) {
+                global_drops.count((bit<32>)gdrop);
+                mark_to_drop(sm);
+            } else if (jdrop != DROP_NONE) {
+                job_drops.count(meta.job.stat_idx * JOB_DROP_STRIDE + (bit<32>)jdrop);
+                mark_to_drop(sm);
+            }
+        } else if (hdr.ethernet.isValid()) {
+            l2.apply(hdr, meta, sm);
+        } else {
+            mark_to_drop(sm);
+        }
+    }
+}
+
+control PassingEgress(inout headers_t hdr, inout metadata_t meta,
+                      inout standard_metadata_t sm) {
+    PeerRewrite() peers;
+    L2Prune() prune;
+
+    apply {
+        if (hdr.passing.isValid()) {
+            peers.apply(hdr, meta, sm);
+        } else {
+            prune.apply(meta, sm);
+        }
+    }
+}
+
+V1Switch(PassingParser(),
+         PassingVerifyChecksum(),
+         PassingIngress(),
+         PassingEgress(),
+         PassingComputeChecksum(),
+         PassingDeparser()) main;

@@ -1,0 +1,1 @@
+"""PASSING: shared definitions (wire protocol, packet packing, scapy layer)."""

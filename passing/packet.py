@@ -1,0 +1,124 @@
+"""Fast, vectorized packing and unpacking of PASSING UDP payloads (header + K values).
+
+A batch of packets is one numpy structured array whose dtype is derived from
+`passing.protocol.HEADER_FIELDS`, so building n packets is a handful of array assignments and one
+`tobytes()`, with no per-value Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from passing import protocol as P
+
+_NUMPY_UINT = {8: ">u1", 16: ">u2", 32: ">u4"}
+
+HEADER_DTYPE = np.dtype([(f.name, _NUMPY_UINT[f.bits]) for f in P.HEADER_FIELDS])
+PAYLOAD_DTYPE = np.dtype(HEADER_DTYPE.descr + [("values", ">i4", (P.K,))])
+assert HEADER_DTYPE.itemsize == P.HEADER_BYTES
+assert PAYLOAD_DTYPE.itemsize == P.PAYLOAD_BYTES
+
+HEADER_NAMES: tuple[str, ...] = tuple(f.name for f in P.HEADER_FIELDS)
+
+
+class ProtocolError(ValueError):
+    """A payload that is not a well-formed PASSING packet."""
+
+
+def _check_range(name: str, value: np.ndarray | int, bits: int) -> None:
+    arr = np.asarray(value)
+    if arr.size and (arr.min() < 0 or arr.max() >= (1 << bits)):
+        raise ProtocolError(f"field {name}={arr.min() if arr.min() < 0 else arr.max()} "
+                            f"does not fit in {bits} bits")
+
+
+def pack_batch(values: np.ndarray, **fields: int | np.ndarray) -> np.ndarray:
+    """Build n packets at once.
+
+    `values` is an (n, K) integer array (taken modulo 2**32 as two's complement int32); each
+    header field is a scalar (same for every packet) or an array of length n. Missing fields are 0.
+    Returns a structured array; `.tobytes()` or `payload_rows()` give the wire bytes.
+    """
+    vals = np.asarray(values)
+    if vals.ndim != 2 or vals.shape[1] != P.K:
+        raise ProtocolError(f"values must have shape (n, {P.K}), got {vals.shape}")
+    unknown = set(fields) - set(HEADER_NAMES)
+    if unknown:
+        raise ProtocolError(f"unknown header field(s): {', '.join(sorted(unknown))}")
+    out = np.zeros(vals.shape[0], dtype=PAYLOAD_DTYPE)
+    for f in P.HEADER_FIELDS:
+        if f.name in fields:
+            _check_range(f.name, fields[f.name], f.bits)
+            out[f.name] = fields[f.name]
+    if vals.dtype != np.int32:
+        # Wrap to 32-bit two's complement the way the switch's adders do.
+        vals = vals.astype(np.int64, copy=False).astype(np.uint32).view(np.int32)
+    out["values"] = vals
+    return out
+
+
+def pack(values: Iterable[int] | np.ndarray, **fields: int) -> bytes:
+    """One packet's UDP payload."""
+    return pack_batch(np.asarray(values).reshape(1, P.K), **fields).tobytes()
+
+
+def payload_rows(batch: np.ndarray) -> np.ndarray:
+    """View a packed batch as an (n, PAYLOAD_BYTES) uint8 array; each row is one datagram."""
+    return batch.view(np.uint8).reshape(batch.shape[0], P.PAYLOAD_BYTES)
+
+
+def unpack(payload: bytes | bytearray | memoryview, *, strict: bool = True) -> np.void:
+    """Decode one UDP payload. Raises ProtocolError if it is truncated, too long, or (strict)
+    carries impossible field values."""
+    n = len(payload)
+    if n != P.PAYLOAD_BYTES:
+        kind = "truncated" if n < P.PAYLOAD_BYTES else "oversized"
+        raise ProtocolError(f"{kind} PASSING payload: {n} bytes, expected {P.PAYLOAD_BYTES}")
+    rec = np.frombuffer(payload, dtype=PAYLOAD_DTYPE, count=1)[0]
+    if strict:
+        validate(rec)
+    return rec
+
+
+def unpack_batch(payloads: Iterable[bytes], *, strict: bool = True) -> np.ndarray:
+    """Decode many payloads into one structured array (same checks as `unpack`)."""
+    chunks = list(payloads)
+    for i, p in enumerate(chunks):
+        if len(p) != P.PAYLOAD_BYTES:
+            raise ProtocolError(f"payload {i}: {len(p)} bytes, expected {P.PAYLOAD_BYTES}")
+    arr = np.frombuffer(b"".join(chunks), dtype=PAYLOAD_DTYPE)
+    if strict and arr.size:
+        validate(arr)
+    return arr
+
+
+def validate(rec: np.ndarray | np.void) -> None:
+    flags = np.asarray(rec["flags"])
+    if np.any(flags & (0xFF ^ P.FLAGS_MASK)):
+        raise ProtocolError(f"unknown flag bits in {int(np.max(flags)):#04x}")
+    kind = flags & int(P.Flag.CONTRIB | P.Flag.RESULT)
+    if np.any((kind != P.Flag.CONTRIB) & (kind != P.Flag.RESULT)):
+        raise ProtocolError("exactly one of CONTRIB and RESULT must be set")
+    if np.any(np.asarray(rec["version"]) > 1):
+        raise ProtocolError("pool version must be 0 or 1")
+    if np.any(np.asarray(rec["contributor"]) >= P.MAX_FAN_IN):
+        raise ProtocolError(f"contributor id must be below {P.MAX_FAN_IN}")
+
+
+def header_dict(rec: np.void) -> dict[str, int]:
+    return {name: int(rec[name]) for name in HEADER_NAMES}
+
+
+def describe(rec: np.void) -> str:
+    h = header_dict(rec)
+    flags = "|".join(f.name for f in P.Flag if h["flags"] & f) or "0"
+    return (f"job={h['job_id']} slot={h['slot']}.v{h['version']} from={h['contributor']} "
+            f"flags={flags} level={h['level']} frag={h['frag']} n={h['num_contrib']} "
+            f"exp={h['exp']}")
+
+
+def fields_of(mapping: Mapping[str, int]) -> dict[str, int]:
+    """Header fields picked out of a wider mapping (e.g. a scapy layer's fields)."""
+    return {k: int(mapping[k]) for k in HEADER_NAMES if k in mapping}

@@ -1,0 +1,116 @@
+"""The one definition of the PASSING wire format and of the switch's numeric constants.
+
+Everything else derives from this file: the numpy packer (`passing.packet`), the scapy layer
+(`passing.scapy_layer`), and a test that parses `p4src/include/*.p4` and fails if the P4 program
+disagrees with anything here. `docs/protocol.md` documents the same fields in prose.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+# UDP destination port that marks aggregation traffic (0xBEEF). Results leave the switch with this
+# as their source port.
+PASSING_UDP_PORT = 48879
+
+# Values per packet. With lane-parallel (SWAR) addition the switch sums all K lanes in one 2048-bit
+# register operation, so BMv2's per-packet cost does not grow with K up to 2048 / 32 = 64 lanes;
+# K=64 therefore halves the header overhead of K=32 at the same switch cost.
+K = 64
+VALUE_BITS = 32
+VALUES_BYTES = K * VALUE_BITS // 8
+
+# Fan-in at one switch is bounded by the 32-bit contributor bitmap kept per slot and version.
+MAX_FAN_IN = 32
+# Slot capacity of one switch (slots; each slot has two versions) and number of per-job counter
+# rows. Both are P4 compile-time constants.
+SLOT_CAPACITY = 4096
+MAX_JOBS = 256
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    bits: int
+    doc: str
+
+
+# Order and widths are the wire layout (network byte order, no padding). Every field is a whole
+# number of bytes so that numpy can pack and unpack it without bit twiddling.
+HEADER_FIELDS: tuple[Field, ...] = (
+    Field("job_id", 16, "Job identifier assigned by the controller."),
+    Field("slot", 16, "Slot index within the job's pool at the receiving switch (0..pool_size-1)."),
+    Field("contributor", 8, "Sender's contributor id within its group at this switch (0..31); "
+          "in results, the recipient's id."),
+    Field("flags", 8, "Bit 0 CONTRIB, bit 1 RESULT, bit 2 RETRANS; other bits must be 0."),
+    Field("version", 8, "Pool version (SwitchML shadow copy), 0 or 1."),
+    Field("level", 8, "Aggregation level: 0 host to ToR, 1 ToR to spine."),
+    Field("frag", 32, "Fragment number: the values are tensor elements frag*K .. frag*K+K-1."),
+    Field("num_contrib", 16, "Original contributors folded into this packet (a host sends its "
+          "local GPU count; the switch sums it)."),
+    Field("exp", 8, "Block exponent proposed by the sender; the switch returns the maximum."),
+    Field("reserved", 8, "Sent as 0; the switch passes it through."),
+)
+
+HEADER_BYTES = sum(f.bits for f in HEADER_FIELDS) // 8
+PAYLOAD_BYTES = HEADER_BYTES + VALUES_BYTES  # UDP payload of every aggregation packet
+# Full frame: Ethernet 14 + IPv4 20 (no options) + UDP 8 + payload.
+FRAME_BYTES = 14 + 20 + 8 + PAYLOAD_BYTES
+
+
+class Flag(enum.IntFlag):
+    CONTRIB = 0x01
+    RESULT = 0x02
+    RETRANS = 0x04
+
+
+FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS)
+
+
+class Level(enum.IntEnum):
+    HOST_TO_TOR = 0
+    TOR_TO_SPINE = 1
+
+
+class JobDrop(enum.IntEnum):
+    """Per-job drop reasons: index = stat_idx * JOB_DROP_STRIDE + reason in counter `job_drops`."""
+
+    NOT_MEMBER = 0  # ingress port is not a member of the job (or wrong direction for the flags)
+    BAD_CONTRIBUTOR = 1  # contributor id does not match the ingress port's member entry
+    SLOT_RANGE = 2  # slot >= the job's pool size at this switch
+    BAD_VERSION = 3  # version not 0 or 1
+    BAD_FLAGS = 4  # neither CONTRIB nor RESULT, both, or unknown bits
+    STALE_RESULT = 5  # a RESULT for a slot this switch has not completed and sent up
+
+
+JOB_DROP_STRIDE = 8
+
+
+class GlobalDrop(enum.IntEnum):
+    """Drops that belong to no job: index in counter `global_drops`."""
+
+    UNKNOWN_JOB = 0
+    MALFORMED = 1  # truncated, wrong lengths, IPv4 options or bad IPv4 checksum on the PASSING port
+
+
+GLOBAL_DROP_SLOTS = 4
+
+# Per-job packet counters (each indexed by the job's stat_idx), in P4 `counter` names.
+JOB_COUNTERS = {
+    "job_contributions": "new contributions accepted into a slot",
+    "job_duplicates": "contributions already in the slot's bitmap and not answered",
+    "job_results": "completed slots sent to the job's members (multicast) at a root",
+    "job_result_retransmits": "results sent again, unicast, to a contributor that retransmitted",
+    "job_uplink": "rack sums sent to the spine by a non-root switch (first sends and resends)",
+    "job_downlink": "results received from the spine and multicast to local members",
+}
+
+
+class Role(enum.IntEnum):
+    ROOT = 1  # finished slots are multicast to members
+    NON_ROOT = 0  # finished slots go up as one contribution; results from above come down
+
+
+def p4_header_fields() -> list[tuple[str, int]]:
+    return [(f.name, f.bits) for f in HEADER_FIELDS]

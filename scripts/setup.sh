@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One-command set-up on a fresh Debian 12 machine (run as root): the Debian packages the project and
+# its tests use, a virtualenv in .venv built on Debian's own Python 3 (so Debian's Mininet is
+# importable from it), and the exact Python dependencies of requirements.lock.
+# p4c and BMv2 are not installed here: no package registry carries them (see README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(python3 python3-venv python3-dev make iproute2 tcpdump)
+
+if [ "$(id -u)" -eq 0 ]; then
+    missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "setup: installing Debian packages: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+else
+    echo "setup: not root, skipping Debian packages (${APT_PACKAGES[*]}); tests that need root will skip"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+echo "setup: done. Run the tests with: make test"

@@ -1,0 +1,119 @@
+"""p4src/, docs/protocol.md and passing/protocol.py describe one protocol. These tests read the P4
+sources and the doc as text, so they run without p4c and catch drift the day it happens."""
+
+import re
+from pathlib import Path
+
+from passing import lanes, packet
+from passing import protocol as P
+
+ROOT = Path(__file__).resolve().parents[2]
+INCLUDE = ROOT / "p4src" / "include"
+
+
+def p4_text(name: str) -> str:
+    # Strip comments so commented-out code cannot satisfy a check.
+    text = (INCLUDE / name).read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def p4_header_fields(header: str) -> list[tuple[str, int]]:
+    body = re.search(r"header\s+" + header + r"\s*\{(.*?)\}", p4_text("headers.p4"), re.S)
+    assert body, f"header {header} not found in headers.p4"
+    fields = re.findall(r"bit<(\d+)>\s+(\w+)\s*;", body.group(1))
+    return [(name, int(bits)) for bits, name in fields]
+
+
+def p4_define(name: str) -> int:
+    m = re.search(r"#define\s+" + name + r"\s+(\d+)", p4_text("config.p4"))
+    assert m, f"#define {name} missing"
+    return int(m.group(1))
+
+
+def p4_const(name: str) -> int:
+    pattern = r"const\s+bit<\d+>\s+" + name + r"\s*=\s*([0-9a-fA-Fx]+)\s*;"
+    m = re.search(pattern, p4_text("config.p4"))
+    assert m, f"const {name} missing"
+    return int(m.group(1), 0)
+
+
+def test_passing_header_fields_match():
+    assert p4_header_fields("passing_t") == P.p4_header_fields()
+    assert sum(b for _, b in P.p4_header_fields()) == 8 * P.HEADER_BYTES == 128
+
+
+def test_values_width_and_k_match():
+    assert p4_define("PASSING_K") == P.K
+    assert p4_define("VALUES_BITS") == P.K * P.VALUE_BITS <= 2048
+    assert re.search(r"header\s+values_t\s*\{\s*bit<VALUES_BITS>\s+data\s*;", p4_text("headers.p4"))
+
+
+def test_capacities_and_port_match():
+    assert p4_define("SLOT_CAPACITY") == P.SLOT_CAPACITY
+    assert p4_define("MAX_JOBS") == P.MAX_JOBS
+    assert p4_define("JOB_DROP_STRIDE") == P.JOB_DROP_STRIDE
+    assert p4_define("GLOBAL_DROP_SLOTS") == P.GLOBAL_DROP_SLOTS
+    assert p4_const("PASSING_UDP_PORT") == P.PASSING_UDP_PORT
+
+
+def test_flags_and_drop_reasons_match():
+    assert p4_const("FLAG_CONTRIB") == P.Flag.CONTRIB
+    assert p4_const("FLAG_RESULT") == P.Flag.RESULT
+    assert p4_const("FLAG_RETRANS") == P.Flag.RETRANS
+    assert p4_const("FLAGS_KNOWN") == P.FLAGS_MASK
+    for reason in P.JobDrop:
+        assert p4_const("DROP_" + reason.name) == reason.value, reason
+    for reason in P.GlobalDrop:
+        assert p4_const("GDROP_" + reason.name) == reason.value, reason
+    assert len(P.JobDrop) <= P.JOB_DROP_STRIDE
+
+
+def test_per_job_counters_exist_with_python_names():
+    agg = p4_text("aggregation.p4")
+    for name in P.JOB_COUNTERS:
+        assert re.search(r'@name\("\.' + name + r'"\)\s*counter\(MAX_JOBS,', agg), name
+
+
+def test_lengths_checked_by_p4_match_packer():
+    assert P.PAYLOAD_BYTES == packet.PAYLOAD_DTYPE.itemsize
+    cfg = p4_text("config.p4")
+    assert "PASSING_UDP_LEN = 8 + 16 + (PASSING_K * 4)" in cfg
+    assert "PASSING_IPV4_LEN = 20 + 8 + 16 + (PASSING_K * 4)" in cfg
+    assert f"PASSING_HDR_BYTES = {P.HEADER_BYTES}" in cfg
+
+
+def doc_field_table() -> list[tuple[int, str, int]]:
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    section = doc.split("## PASSING header", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\|\s*(\d+)\s*\|\s*`(\w+)`\s*\|\s*(\d+)\s*\|", section, re.M)
+    return [(int(o), n, int(b)) for o, n, b in rows]
+
+
+def test_doc_table_matches_python_definition():
+    offset = 0
+    expected = []
+    for f in P.HEADER_FIELDS:
+        expected.append((offset, f.name, f.bits))
+        offset += f.bits // 8
+    assert doc_field_table() == expected
+
+
+def test_doc_example_payload_decodes_as_described():
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    block = doc.split("<!-- example-payload -->", 1)[1].split("```")[1]
+    hexes = re.sub(r"\(then 60 x 00000000\)", "00000000" * 60, block)
+    wire = bytes.fromhex("".join(hexes.split()))
+    rec = packet.unpack(wire)
+    assert packet.header_dict(rec) == dict(job_id=7, slot=3, contributor=1, flags=1, version=0,
+                                           level=0, frag=10, num_contrib=2, exp=130, reserved=0)
+    assert rec["values"][:5].tolist() == [1, -1, 2**31 - 1, -(2**31), 0]
+
+
+def test_lane_mask_is_top_bit_of_every_lane():
+    cfg = p4_text("config.p4")
+    m = re.search(r"MSB_128\s*=\s*128w0x([0-9a-fA-F]+)", cfg)
+    assert m and int(m.group(1), 16) == int("80000000" * 4, 16)
+    assert "MSB_512  = MSB_128 ++ MSB_128 ++ MSB_128 ++ MSB_128" in cfg
+    assert "MSB_2048 = MSB_512 ++ MSB_512 ++ MSB_512 ++ MSB_512" in cfg
+    assert lanes.LANE_MSB == int("80000000" * P.K, 16)

@@ -1,0 +1,1 @@
+"""Mininet topologies described as data files."""
