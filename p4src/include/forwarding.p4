@@ -17,7 +17,7 @@ control L2Forward(inout headers_t hdr, inout metadata_t meta, inout standard_met
         mark_to_drop(sm);
     }
     @name(".l2_forward") table l2_forward {
-        key = { hdr.ethernet.dst_addr: exact; }
+        key = { hdr.ethernet.dst_addr: exact @name("dst_mac"); }
         actions = { to_port; flood; drop; }
         default_action = drop();
         size = 1024;

@@ -24,7 +24,7 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
         meta.job.stat_idx = stat_idx;
     }
     @name(".job_config") table job_config {
-        key = { hdr.passing.job_id: exact; }
+        key = { hdr.passing.job_id: exact @name("job_id"); }
         actions = { set_job; @defaultonly NoAction; }
         default_action = NoAction();
         size = MAX_JOBS;
@@ -37,8 +37,8 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
     }
     @name(".membership") table membership {
         key = {
-            hdr.passing.job_id: exact;
-            sm.ingress_port: exact;
+            hdr.passing.job_id: exact @name("job_id");
+            sm.ingress_port: exact @name("ingress_port");
         }
         actions = { set_member; @defaultonly NoAction; }
         default_action = NoAction();

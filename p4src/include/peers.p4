@@ -28,8 +28,8 @@ control PeerRewrite(inout headers_t hdr, inout metadata_t meta, inout standard_m
     }
     @name(".peer_rewrite") table peer_rewrite {
         key = {
-            hdr.passing.job_id: exact;
-            sm.egress_port: exact;
+            hdr.passing.job_id: exact @name("job_id");
+            sm.egress_port: exact @name("egress_port");
         }
         actions = { set_peer; @defaultonly no_peer; }
         default_action = no_peer();

@@ -1,0 +1,64 @@
+"""Tables of the JobAdmission control (p4src/include/jobs.p4): job_config and membership."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from controller.switch import SwitchConnection, Update
+from passing import protocol as P
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One job's parameters at one switch (the set_job action's parameters)."""
+
+    job_id: int
+    pool_base: int
+    pool_size: int
+    fan_in: int
+    mcast_grp: int
+    gen: int
+    is_root: int
+    uplink_port: int
+    stat_idx: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.fan_in <= P.MAX_FAN_IN:
+            raise ValueError(f"fan-in {self.fan_in} outside 1..{P.MAX_FAN_IN}")
+        if self.pool_size < 1 or self.pool_base + self.pool_size > P.SLOT_CAPACITY:
+            raise ValueError(f"pool {self.pool_base}+{self.pool_size} outside the switch's "
+                             f"{P.SLOT_CAPACITY} slots")
+        if not 0 <= self.stat_idx < P.MAX_JOBS:
+            raise ValueError(f"stat_idx {self.stat_idx} outside 0..{P.MAX_JOBS - 1}")
+        if self.gen == 0:
+            raise ValueError("generation 0 is what a freshly started switch holds; use >= 1")
+
+
+class AdmissionTables:
+    def __init__(self, sw: SwitchConnection):
+        self.sw = sw
+
+    def job_update(self, kind: int, cfg: JobConfig) -> Update:
+        params = {k: v for k, v in asdict(cfg).items() if k != "job_id"}
+        return self.sw.table_update(kind, "job_config", {"job_id": cfg.job_id}, "set_job", params)
+
+    def job_delete(self, job_id: int) -> Update:
+        return self.sw.table_update(Update.DELETE, "job_config", {"job_id": job_id})
+
+    def member_update(self, kind: int, job_id: int, port: int, contributor: int) -> Update:
+        if not 0 <= contributor < P.MAX_FAN_IN:
+            raise ValueError(f"contributor id {contributor} outside 0..{P.MAX_FAN_IN - 1}")
+        return self.sw.table_update(kind, "membership", {"job_id": job_id, "ingress_port": port},
+                                    "set_member", {"contributor": contributor})
+
+    def member_delete(self, job_id: int, port: int) -> Update:
+        return self.sw.table_update(Update.DELETE, "membership",
+                                    {"job_id": job_id, "ingress_port": port})
+
+    def jobs(self) -> dict[int, JobConfig]:
+        return {row["match"]["job_id"]: JobConfig(job_id=row["match"]["job_id"], **row["params"])
+                for row in self.sw.read_table("job_config")}
+
+    def members(self) -> dict[tuple[int, int], int]:
+        return {(r["match"]["job_id"], r["match"]["ingress_port"]): r["params"]["contributor"]
+                for r in self.sw.read_table("membership")}

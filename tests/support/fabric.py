@@ -1,0 +1,198 @@
+"""A small fabric of switches on veth pairs for data-plane tests.
+
+Each switch port is either linked to another switch's port (a veth pair between them) or exposed
+to the test (a veth pair whose far end the test reads and writes with raw AF_PACKET sockets).
+The switch processes are started here, programmed over real P4Runtime, and everything created is
+removed in `close()` (also when a test fails).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.switch import SwitchConnection
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cmd: list[str]) -> None:
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def make_veth(a: str, b: str) -> None:
+    run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+    for ifname in (a, b):
+        # No IPv6 autoconfiguration chatter on test links.
+        with open(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6", "w") as f:
+            f.write("1")
+        run(["ip", "link", "set", ifname, "up"])
+
+
+def delete_link(ifname: str) -> None:
+    subprocess.run(["ip", "link", "del", ifname], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+class TestPort:
+    """The test's end of one switch port."""
+
+    def __init__(self, ifname: str):
+        self.ifname = ifname
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self.sock.bind((ifname, 0))
+        self.sock.setblocking(False)
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send(frame)
+
+    def drain(self) -> None:
+        while self._recv_one() is not None:
+            pass
+
+    def _recv_one(self) -> bytes | None:
+        while True:
+            try:
+                data, addr = self.sock.recvfrom(65535)
+            except BlockingIOError:
+                return None
+            if addr[2] != PACKET_OUTGOING:
+                return data
+
+    def recv(self, count: int, timeout: float = 2.0) -> list[bytes]:
+        """Up to `count` frames that arrive within `timeout`."""
+        out: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count:
+            frame = self._recv_one()
+            if frame is not None:
+                out.append(frame)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            select.select([self.sock], [], [], left)
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class SwitchHandle:
+    name: str
+    device_id: int
+    grpc_port: int
+    thrift_port: int
+    interfaces: dict[int, str]
+    proc: subprocess.Popen | None = None
+    conn: SwitchConnection | None = None
+    test_ports: dict[int, TestPort] = field(default_factory=dict)
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+class Fabric:
+    """switches: name -> number of ports (numbered 1..n); links: ((sw, port), (sw, port))."""
+
+    def __init__(self, target: str, switches: dict[str, int],
+                 links: Iterable[tuple[tuple[str, int], tuple[str, int]]] = (),
+                 log_dir: Path | None = None):
+        self.target = target
+        self.log_dir = log_dir
+        self._links: list[str] = []
+        self.switches: dict[str, SwitchHandle] = {}
+        tag = f"{os.getpid() % 10000:04d}"
+        try:
+            linked = {}
+            for i, ((sa, pa), (sb, pb)) in enumerate(links):
+                a, b = f"pl{tag}{i}a", f"pl{tag}{i}b"
+                make_veth(a, b)
+                self._links.append(a)
+                linked[(sa, pa)], linked[(sb, pb)] = a, b
+            for d, (name, nports) in enumerate(switches.items()):
+                interfaces, exposed = {}, {}
+                for port in range(1, nports + 1):
+                    if (name, port) in linked:
+                        interfaces[port] = linked[(name, port)]
+                        continue
+                    s, t = f"ps{tag}{d}p{port}", f"pt{tag}{d}p{port}"
+                    make_veth(s, t)
+                    self._links.append(s)
+                    interfaces[port], exposed[port] = s, t
+                sw = SwitchHandle(name, d, free_tcp_port(), free_tcp_port(), interfaces)
+                self.switches[name] = sw
+                sw.proc = self._start(sw)
+                sw.test_ports = {p: TestPort(ifn) for p, ifn in exposed.items()}
+            for sw in self.switches.values():
+                sw.conn = SwitchConnection(sw.name, sw.grpc_address, sw.device_id,
+                                           connect_timeout=20)
+                sw.conn.set_pipeline(BUILD / "passing.p4info.txt", BUILD / "passing.json")
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, sw: SwitchHandle) -> subprocess.Popen:
+        if self.target != "bmv2":
+            raise ValueError(f"unknown target {self.target!r}")
+        cmd = [shutil.which("simple_switch_grpc") or "simple_switch_grpc",
+               "--device-id", str(sw.device_id), "--thrift-port", str(sw.thrift_port), "--no-p4"]
+        for port, ifname in sw.interfaces.items():
+            cmd += ["-i", f"{port}@{ifname}"]
+        if self.log_dir is not None:
+            cmd += ["--log-file", str(self.log_dir / sw.name), "--log-flush"]
+        cmd += ["--", "--grpc-server-addr", sw.grpc_address]
+        out = open(self.log_dir / f"{sw.name}.out", "w") if self.log_dir else subprocess.DEVNULL
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+    def __getitem__(self, name: str) -> SwitchHandle:
+        return self.switches[name]
+
+    def register_read(self, switch: str, register: str, index: int) -> int:
+        sw = self.switches[switch]
+        res = subprocess.run(["simple_switch_CLI", "--thrift-port", str(sw.thrift_port)],
+                             input=f"register_read {register} {index}\n", text=True,
+                             capture_output=True, check=True)
+        for line in res.stdout.splitlines():
+            if f"{register}[{index}]" in line:
+                return int(line.split("=", 1)[1].strip(), 0)
+        raise RuntimeError(f"register_read {register} {index}: unexpected output {res.stdout!r}")
+
+    def close(self) -> None:
+        for sw in self.switches.values():
+            for tp in sw.test_ports.values():
+                tp.close()
+            if sw.conn is not None:
+                try:
+                    sw.conn.close()
+                except Exception:
+                    pass
+            if sw.proc is not None and sw.proc.poll() is None:
+                sw.proc.terminate()
+                try:
+                    sw.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    sw.proc.kill()
+                    sw.proc.wait()
+        for ifname in self._links:
+            delete_link(ifname)
+        self._links.clear()

@@ -1,0 +1,112 @@
+"""Test-side job setup and packet crafting, shared by the data-plane tests.
+
+Addresses follow one scheme: host on port p of switch d has MAC 02:00:00:00:0d:pp, IPv4
+10.0.d.p and agent UDP port 50000+p; a switch's own aggregation address is .254 / :fe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from controller.switch import SwitchConnection, Update
+from controller.tables.admission import AdmissionTables, JobConfig
+from controller.tables.peers import Peer, PeerTables
+from passing import packet
+from passing import protocol as P
+from passing.scapy_layer import Passing  # noqa: F401  (binds the layer for decoding)
+
+
+def host_mac(dev: int, port: int) -> str:
+    return f"02:00:00:00:{dev:02x}:{port:02x}"
+
+
+def host_ip(dev: int, port: int) -> str:
+    return f"10.0.{dev}.{port}"
+
+
+def switch_mac(dev: int) -> str:
+    return f"02:00:00:00:{dev:02x}:fe"
+
+
+def switch_ip(dev: int) -> str:
+    return f"10.0.{dev}.254"
+
+
+def agent_port(port: int) -> int:
+    return 50000 + port
+
+
+@dataclass
+class Uplink:
+    port: int  # this switch's port towards the spine
+    contributor: int  # this switch's id at the spine
+    spine_dev: int
+
+
+def install_job(sw: SwitchConnection, dev: int, job_id: int, members: dict[int, int], *,
+                pool_base: int = 0, pool_size: int = 16, gen: int = 1, stat_idx: int = 0,
+                mcast_grp: int | None = None, uplink: Uplink | None = None,
+                member_switches: dict[int, int] | None = None) -> JobConfig:
+    """members: port -> contributor id of hosts; member_switches: port -> (ToR) device id of
+    member switches (at a spine: their contributor id is the key's position in the dict order)."""
+    grp = mcast_grp if mcast_grp is not None else 100 + job_id
+    fan_in = len(members) + len(member_switches or {})
+    cfg = JobConfig(job_id, pool_base, pool_size, fan_in, grp, gen,
+                    int(uplink is None), uplink.port if uplink else 0, stat_idx)
+    adm, peers = AdmissionTables(sw), PeerTables(sw)
+    ups = [adm.job_update(Update.INSERT, cfg)]
+    replicas = []
+    for port, cid in members.items():
+        ups.append(adm.member_update(Update.INSERT, job_id, port, cid))
+        ups.append(peers.peer_update(Update.INSERT, job_id, port, Peer(
+            host_mac(dev, port), switch_mac(dev), host_ip(dev, port), switch_ip(dev),
+            agent_port(port), cid)))
+        replicas.append((port, cid))
+    base = len(members)
+    for i, (port, tor_dev) in enumerate((member_switches or {}).items()):
+        cid = base + i
+        ups.append(adm.member_update(Update.INSERT, job_id, port, cid))
+        ups.append(peers.peer_update(Update.INSERT, job_id, port, Peer(
+            switch_mac(tor_dev), switch_mac(dev), switch_ip(tor_dev), switch_ip(dev),
+            P.PASSING_UDP_PORT, cid)))
+        replicas.append((port, cid))
+    if uplink is not None:
+        ups.append(peers.peer_update(Update.INSERT, job_id, uplink.port, Peer(
+            switch_mac(uplink.spine_dev), switch_mac(dev), switch_ip(uplink.spine_dev),
+            switch_ip(dev), P.PASSING_UDP_PORT, uplink.contributor)))
+    ups.append(sw.multicast_update(Update.INSERT, grp, replicas))
+    sw.write(ups)
+    return cfg
+
+
+def contribution(dev: int, port: int, values, *, job_id: int, slot: int = 0, version: int = 0,
+                 contributor: int | None = None, frag: int = 0, num_contrib: int = 1,
+                 exp: int = 0, flags: int = int(P.Flag.CONTRIB), level: int = 0) -> bytes:
+    """A full frame as a host on `port` would send it to its switch."""
+    payload = packet.pack(np.asarray(values, dtype=np.int64), job_id=job_id, slot=slot,
+                          version=version, contributor=port - 1 if contributor is None
+                          else contributor, frag=frag, num_contrib=num_contrib, exp=exp,
+                          flags=flags, level=level)
+    frame = (Ether(dst=switch_mac(dev), src=host_mac(dev, port))
+             / IP(src=host_ip(dev, port), dst=switch_ip(dev))
+             / UDP(sport=agent_port(port), dport=P.PASSING_UDP_PORT) / payload)
+    return bytes(frame)
+
+
+def ipv4_checksum_ok(pkt) -> bool:
+    """One's complement sum over the IPv4 header, checksum included, is 0xffff."""
+    hdr = bytes(pkt[IP])[:20]
+    total = sum(int.from_bytes(hdr[i:i + 2], "big") for i in range(0, 20, 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total == 0xFFFF
+
+
+def decode(frame: bytes):
+    """(scapy packet, numpy record of the PASSING payload) of a frame the switch sent."""
+    pkt = Ether(frame)
+    return pkt, packet.unpack(bytes(pkt[UDP].payload))
