@@ -7,7 +7,7 @@ P4_SRCS := $(wildcard p4src/*.p4 p4src/include/*.p4)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build test lint bench-bmv2 run-topology clean
+.PHONY: help setup build test lint bench-bmv2 bench-model run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -15,6 +15,7 @@ help:
 	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
 	@echo "make lint          ruff"
 	@echo "make bench-bmv2    aggregation packets/s vs plain forwarding on the same BMv2"
+	@echo "make bench-model   the same for the software switch model"
 	@echo "make run-topology  start a Mininet topology (not yet available)"
 
 setup:
@@ -40,7 +41,11 @@ lint:
 	$(PY) -m ruff check .
 
 bench-bmv2: build
-	$(PY) -m bench.bmv2_pps --json-out $(BUILD)/bench-bmv2.json
+	$(PY) -m bench.switch_pps --target bmv2 --json-out $(BUILD)/bench-bmv2.json
+
+bench-model:
+	@mkdir -p $(BUILD)
+	$(PY) -m bench.switch_pps --target model --json-out $(BUILD)/bench-model.json
 
 run-topology:
 	@echo "make run-topology: the Mininet topologies are not implemented yet (see the issue tracker)."

@@ -14,12 +14,32 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import grpc
+from google.protobuf import text_format
+from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
-from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
+from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
-from controller.p4info import P4InfoIndex, decode_value, encode_value
+from passing.p4info import P4InfoIndex, decode_value, encode_value
 
 Update = p4runtime_pb2.Update
+
+
+def describe_write_error(err: grpc.RpcError, req: p4runtime_pb2.WriteRequest) -> str:
+    """The per-update errors of a failed Write, from the status details (P4Runtime spec 12)."""
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            parts = []
+            for i, detail in enumerate(status.details):
+                e = p4runtime_pb2.Error()
+                if detail.Unpack(e) and e.canonical_code != code_pb2.OK:
+                    what = req.updates[i].entity.WhichOneof("entity") if i < len(req.updates) \
+                        else "?"
+                    parts.append(f"update {i} ({what}): {code_pb2.Code.Name(e.canonical_code)}: "
+                                 f"{e.message}")
+            if parts:
+                return "; ".join(parts)
+    return f"{err.code().name}: {err.details()}"
 
 
 class SwitchError(RuntimeError):
@@ -96,14 +116,22 @@ class SwitchConnection:
             f.write(f"[{time.strftime('%H:%M:%S')}] {self.name} {kind}\n{msg}\n")
 
     # -- pipeline ---------------------------------------------------------------------------
-    def set_pipeline(self, p4info_path: str | Path, device_config_path: str | Path) -> None:
-        """Push P4Info + BMv2 JSON (VERIFY_AND_COMMIT)."""
+    def set_pipeline(self, p4info_path: str | Path, device_config: bytes = b"") -> None:
+        """Push a P4Info and the target's device config (BMv2 JSON) with VERIFY_AND_COMMIT."""
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest()
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+        req.action = req.VERIFY_AND_COMMIT
+        text_format.Merge(Path(p4info_path).read_text(), req.config.p4info)
+        req.config.p4_device_config = device_config
+        self._dump("SetForwardingPipelineConfig", f"p4info={p4info_path}, "
+                   f"{len(device_config)} bytes of device config")
         try:
-            self._client.set_fwd_pipe_config(str(p4info_path), str(device_config_path))
-        except P4RuntimeException as e:
-            raise SwitchError(f"switch {self.name}: pipeline rejected: {e}") from None
-        self.info = P4InfoIndex.from_file(p4info_path)
-        self._dump("SetForwardingPipelineConfig", f"{p4info_path} {device_config_path}")
+            self._client.stub.SetForwardingPipelineConfig(req)
+        except grpc.RpcError as e:
+            raise SwitchError(f"switch {self.name}: pipeline rejected: {e.code().name}: "
+                              f"{e.details()}") from None
+        self.info = P4InfoIndex(req.config.p4info)
 
     def fetch_pipeline(self) -> bool:
         """Load the P4Info the switch already runs. False if it has no pipeline."""
@@ -123,17 +151,19 @@ class SwitchConnection:
 
     # -- writes -----------------------------------------------------------------------------
     def write(self, updates: Iterable[Update]) -> None:
+        """One WriteRequest. On failure the SwitchError lists each failed update."""
         req = p4runtime_pb2.WriteRequest()
         req.updates.extend(updates)
         if not req.updates:
             return
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
         self._dump("WriteRequest", req)
         try:
-            self._client.write(req)
-        except P4RuntimeWriteException as e:
-            raise SwitchError(f"switch {self.name}: write failed: {e}") from None
-        except P4RuntimeException as e:
-            raise SwitchError(f"switch {self.name}: write failed: {e}") from None
+            self._client.stub.Write(req)
+        except grpc.RpcError as e:
+            raise SwitchError(f"switch {self.name}: write failed: "
+                              f"{describe_write_error(e, req)}") from None
 
     def table_entry(self, table: str, match: Mapping[str, int | str], action: str,
                     params: Mapping[str, int | str] | None = None,

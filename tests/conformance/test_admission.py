@@ -10,7 +10,7 @@ from scapy.layers.l2 import Ether
 
 from controller.tables.stats import StatsCounters
 from passing import protocol as P
-from tests.support.jobs import contribution, decode, install_job, switch_ip, switch_mac
+from testbed.jobs import contribution, decode, install_job, switch_ip, switch_mac
 
 DEV = 0
 

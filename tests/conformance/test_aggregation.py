@@ -10,7 +10,7 @@ from controller.switch import Update
 from controller.tables.admission import AdmissionTables
 from controller.tables.stats import StatsCounters
 from passing import protocol as P
-from tests.support.jobs import (
+from testbed.jobs import (
     agent_port,
     contribution,
     decode,

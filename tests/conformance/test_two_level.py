@@ -8,7 +8,7 @@ import pytest
 
 from controller.tables.stats import StatsCounters
 from passing import protocol as P
-from tests.support.jobs import Uplink, contribution, decode, install_job
+from testbed.jobs import Uplink, contribution, decode, install_job
 
 TOR1, TOR2, SPINE = 0, 1, 2
 JOB = 30

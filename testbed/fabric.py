@@ -13,15 +13,15 @@ import select
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.switch import SwitchConnection
+from passing.pipeline_files import pipeline_files
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "build"
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 
@@ -64,10 +64,10 @@ class TestPort:
         self.sock.send(frame)
 
     def drain(self) -> None:
-        while self._recv_one() is not None:
+        while self.recv_nowait() is not None:
             pass
 
-    def _recv_one(self) -> bytes | None:
+    def recv_nowait(self) -> bytes | None:
         while True:
             try:
                 data, addr = self.sock.recvfrom(65535)
@@ -81,7 +81,7 @@ class TestPort:
         out: list[bytes] = []
         deadline = time.monotonic() + timeout
         while len(out) < count:
-            frame = self._recv_one()
+            frame = self.recv_nowait()
             if frame is not None:
                 out.append(frame)
                 continue
@@ -146,21 +146,29 @@ class Fabric:
             for sw in self.switches.values():
                 sw.conn = SwitchConnection(sw.name, sw.grpc_address, sw.device_id,
                                            connect_timeout=20)
-                sw.conn.set_pipeline(BUILD / "passing.p4info.txt", BUILD / "passing.json")
+                sw.conn.set_pipeline(*pipeline_files())
         except BaseException:
             self.close()
             raise
 
     def _start(self, sw: SwitchHandle) -> subprocess.Popen:
-        if self.target != "bmv2":
+        ifaces = [a for port, ifname in sw.interfaces.items() for a in ("-i", f"{port}@{ifname}")]
+        if self.target == "bmv2":
+            cmd = [shutil.which("simple_switch_grpc") or "simple_switch_grpc",
+                   "--device-id", str(sw.device_id), "--thrift-port", str(sw.thrift_port),
+                   "--no-p4", *ifaces]
+            if self.log_dir is not None:
+                cmd += ["--log-file", str(self.log_dir / sw.name), "--log-flush"]
+            cmd += ["--", "--grpc-server-addr", sw.grpc_address]
+        elif self.target == "model":
+            # The model's register inspection service takes the place of BMv2's Thrift port.
+            cmd = [sys.executable, "-m", "switch_model", "--device-id", str(sw.device_id),
+                   "--no-p4", *ifaces, "--grpc-server-addr", sw.grpc_address,
+                   "--inspect-addr", f"127.0.0.1:{sw.thrift_port}"]
+            if self.log_dir is not None:
+                cmd += ["--log-level", "INFO"]
+        else:
             raise ValueError(f"unknown target {self.target!r}")
-        cmd = [shutil.which("simple_switch_grpc") or "simple_switch_grpc",
-               "--device-id", str(sw.device_id), "--thrift-port", str(sw.thrift_port), "--no-p4"]
-        for port, ifname in sw.interfaces.items():
-            cmd += ["-i", f"{port}@{ifname}"]
-        if self.log_dir is not None:
-            cmd += ["--log-file", str(self.log_dir / sw.name), "--log-flush"]
-        cmd += ["--", "--grpc-server-addr", sw.grpc_address]
         out = open(self.log_dir / f"{sw.name}.out", "w") if self.log_dir else subprocess.DEVNULL
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
 
@@ -169,13 +177,19 @@ class Fabric:
 
     def register_read(self, switch: str, register: str, index: int) -> int:
         sw = self.switches[switch]
-        res = subprocess.run(["simple_switch_CLI", "--thrift-port", str(sw.thrift_port)],
-                             input=f"register_read {register} {index}\n", text=True,
-                             capture_output=True, check=True)
-        for line in res.stdout.splitlines():
+        request = f"register_read {register} {index}\n"
+        if self.target == "bmv2":
+            res = subprocess.run(["simple_switch_CLI", "--thrift-port", str(sw.thrift_port)],
+                                 input=request, text=True, capture_output=True, check=True)
+            output = res.stdout
+        else:
+            with socket.create_connection(("127.0.0.1", sw.thrift_port), timeout=5) as s:
+                s.sendall(request.encode())
+                output = s.makefile().readline()
+        for line in output.splitlines():
             if f"{register}[{index}]" in line:
                 return int(line.split("=", 1)[1].strip(), 0)
-        raise RuntimeError(f"register_read {register} {index}: unexpected output {res.stdout!r}")
+        raise RuntimeError(f"register_read {register} {index}: unexpected output {output!r}")
 
     def close(self) -> None:
         for sw in self.switches.values():

@@ -1,0 +1,5 @@
+import sys
+
+from switch_model.cli import main
+
+sys.exit(main())

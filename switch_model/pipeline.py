@@ -1,0 +1,275 @@
+"""The P4 program (p4src/passing.p4) executed in Python, packet for packet.
+
+Every branch below mirrors a branch of the P4 source, in the same order, with the same register
+layouts, so that what leaves a port, what the counters say and what the registers hold are the
+same as on BMv2. The conformance suite (tests/conformance) holds both targets to that.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from passing import lanes
+from passing import protocol as P
+from switch_model.state import Action, SwitchState
+
+ETH_IPV4 = b"\x08\x00"
+IPV4_OFF, UDP_OFF, PASSING_OFF = 14, 34, 42
+VALUES_OFF = PASSING_OFF + P.HEADER_BYTES
+PASSING_END = VALUES_OFF + P.VALUES_BYTES
+PASSING_UDP_LEN = 8 + P.PAYLOAD_BYTES
+PASSING_IPV4_LEN = 20 + PASSING_UDP_LEN
+
+_HDR = struct.Struct("!HHBBBBIHBB")
+_IPV4_WORDS = struct.Struct("!10H")
+_UDP_PORTS = struct.Struct("!HH")
+_PASSING_PORT_BYTES = P.PASSING_UDP_PORT.to_bytes(2, "big")
+
+FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS = int(P.Flag.CONTRIB), int(P.Flag.RESULT), 4
+FLAGS_KNOWN = P.FLAGS_MASK
+DROP_NONE = None
+
+# Defaults the P4 program declares for its tables (P4Info only carries const defaults).
+INITIAL_DEFAULTS = {
+    "job_config": Action("NoAction", {}),
+    "membership": Action("NoAction", {}),
+    "peer_rewrite": Action("no_peer", {}),
+    "l2_forward": Action("l2_drop", {}),
+}
+
+_MASK72 = (1 << 72) - 1
+
+
+def ipv4_checksum(header20: bytes | bytearray) -> int:
+    """csum16 over the IPv4 header with the checksum field taken as zero."""
+    words = _IPV4_WORDS.unpack_from(header20)
+    total = sum(words) - words[5]
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+class SlotStore:
+    """Registers slot_state and slot_values of the Aggregation control."""
+
+    def __init__(self, capacity: int = P.SLOT_CAPACITY):
+        self.capacity = capacity
+        # slot_state word: gen(32) ++ v1(72) ++ v0(72); each version word:
+        # rdy(8) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(32). Kept as ints, as in the P4.
+        self.state = [0] * capacity
+        self.values = [0] * (2 * capacity)
+
+    def reset(self) -> None:
+        self.state = [0] * self.capacity
+        self.values = [0] * (2 * self.capacity)
+
+    def read(self, register: str, index: int) -> int:
+        regs = {"slot_state": self.state, "slot_values": self.values}
+        if register not in regs:
+            raise KeyError(f"no register {register}")
+        cells = regs[register]
+        if not 0 <= index < len(cells):
+            raise IndexError(f"{register}[{index}] out of range (size {len(cells)})")
+        return cells[index]
+
+
+class Pipeline:
+    def __init__(self, state: SwitchState):
+        self.state = state
+        self.slots = SlotStore()
+        for table, action in INITIAL_DEFAULTS.items():
+            state.tables[table].default = action
+
+    def reset(self) -> None:
+        self.state.reset()
+        self.slots.reset()
+        for table, action in INITIAL_DEFAULTS.items():
+            self.state.tables[table].default = action
+
+    # -- ingress + egress for one packet -------------------------------------------------------
+    def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """Packets (egress port, frame) that leave the switch for `frame` arriving on `port`."""
+        with self.state.lock:
+            # The parser's path to parse_passing: IPv4 with ihl 5, fragment offset 0, UDP, and
+            # the PASSING port; a frame too short for the UDP header never gets there.
+            if (len(frame) >= 42 and frame[12:14] == ETH_IPV4 and frame[14] & 0x0F == 5
+                    and (frame[20] & 0x1F) == 0 and frame[21] == 0
+                    and frame[23] == 17 and frame[36:38] == _PASSING_PORT_BYTES):
+                return self._passing(port, frame)
+            if len(frame) < 14:
+                return []
+            return self._l2(port, frame)
+
+    # -- L2Forward / L2Prune ---------------------------------------------------------------------
+    def _l2(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        st = self.state
+        t = st.tables["l2_forward"]
+        action = t.entries.get((int.from_bytes(frame[0:6], "big"),)) or t.default
+        if action.name == "l2_to_port":
+            return [(action.params["port"], frame)]
+        if action.name == "l2_flood":
+            return [(p, frame) for p, _ in st.mcast.get(action.params["mcast_grp"], ())
+                    if p != port]
+        return []
+
+    # -- JobAdmission, Aggregation, PeerRewrite ---------------------------------------------
+    def _passing(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        st = self.state
+        nbytes = len(frame)
+        # JobAdmission: well-formedness.
+        if (nbytes < PASSING_END
+                or ipv4_checksum(frame[IPV4_OFF:IPV4_OFF + 20]) != (frame[24] << 8 | frame[25])
+                or int.from_bytes(frame[16:18], "big") != PASSING_IPV4_LEN
+                or int.from_bytes(frame[38:40], "big") != PASSING_UDP_LEN):
+            st.count("global_drops", P.GlobalDrop.MALFORMED, nbytes)
+            return []
+        job_id, slot, contrib, flags, version, level, frag, ncontrib, exp, reserved = \
+            _HDR.unpack_from(frame, PASSING_OFF)
+        job = st.tables["job_config"].entries.get((job_id,))
+        if job is None:
+            st.count("global_drops", P.GlobalDrop.UNKNOWN_JOB, nbytes)
+            return []
+        j = job.params
+        member = st.tables["membership"].entries.get((job_id, port))
+        kind = flags & (FLAG_CONTRIB | FLAG_RESULT)
+        jdrop = DROP_NONE
+        if flags & ~FLAGS_KNOWN & 0xFF or (kind != FLAG_CONTRIB and kind != FLAG_RESULT):
+            jdrop = P.JobDrop.BAD_FLAGS
+        elif kind == FLAG_CONTRIB:
+            if member is None:
+                jdrop = P.JobDrop.NOT_MEMBER
+            elif contrib != member.params["contributor"]:
+                jdrop = P.JobDrop.BAD_CONTRIBUTOR
+        elif j["is_root"] == P.Role.ROOT or port != j["uplink_port"]:
+            jdrop = P.JobDrop.NOT_MEMBER
+        if jdrop is DROP_NONE:
+            if slot >= j["pool_size"]:
+                jdrop = P.JobDrop.SLOT_RANGE
+            elif version > 1:
+                jdrop = P.JobDrop.BAD_VERSION
+        if jdrop is not DROP_NONE:
+            st.count("job_drops", j["stat_idx"] * P.JOB_DROP_STRIDE + jdrop, nbytes)
+            return []
+        return self._aggregate(port, frame, j, job_id, slot, contrib, flags, version, level,
+                               frag, ncontrib, exp, reserved, nbytes)
+
+    def _aggregate(self, port, frame, j, job_id, slot, contrib, flags, version, level, frag,
+                   ncontrib, exp, reserved, nbytes) -> list[tuple[int, bytes]]:
+        st, slots = self.state, self.slots
+        stat = j["stat_idx"]
+        idx = (j["pool_base"] + slot) & 0xFFFFFFFF
+        vidx = ((idx << 1) + version) & 0xFFFFFFFF
+        if idx >= slots.capacity:
+            # BMv2 would fault on an out-of-range register index; the controller never
+            # configures one (JobConfig checks pool_base + pool_size <= capacity).
+            return []
+        word = slots.state[idx]
+        gen = j["gen"]
+        if word >> 144 != gen:
+            v0 = v1 = 0
+        else:
+            v0, v1 = word & _MASK72, (word >> 72) & _MASK72
+        cur, oth = (v1, v0) if version == 1 else (v0, v1)
+        bm, cnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
+        ex, ns, rdy = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
+        mybit = (1 << contrib) & 0xFFFFFFFF
+        fan_in = j["fan_in"]
+        values = frame[VALUES_OFF:PASSING_END]
+        out_values = values
+        store = False
+        dest: str | None = None  # "mcast" | "uplink" | "back"
+
+        if flags & FLAG_RESULT == FLAG_RESULT:
+            if cnt != fan_in:
+                st.count("job_drops", stat * P.JOB_DROP_STRIDE + P.JobDrop.STALE_RESULT, nbytes)
+                return []
+            slots.values[vidx] = lanes.word_from_bytes(values)
+            rdy, ex, ns = 1, exp, ncontrib
+            store = True
+            flags = FLAG_RESULT
+            dest = "mcast"
+            st.count("job_downlink", stat, nbytes)
+        elif bm & mybit == 0:
+            oth &= ~mybit & _MASK72
+            if bm == 0:
+                acc = lanes.word_from_bytes(values)
+                cnt, ex, ns, rdy = 1, exp, ncontrib, 0
+            else:
+                acc = lanes.swar_add(slots.values[vidx], lanes.word_from_bytes(values))
+                cnt = (cnt + 1) & 0xFF
+                if exp > ex:
+                    ex = exp
+                ns = (ns + ncontrib) & 0xFFFF
+            bm |= mybit
+            slots.values[vidx] = acc
+            store = True
+            st.count("job_contributions", stat, nbytes)
+            if cnt == fan_in:
+                out_values = lanes.word_to_bytes(acc)
+                exp, ncontrib = ex, ns
+                if j["is_root"] == P.Role.ROOT:
+                    rdy = 1
+                    flags = FLAG_RESULT
+                    dest = "mcast"
+                    st.count("job_results", stat, nbytes)
+                else:
+                    flags = FLAG_CONTRIB
+                    level = (level + 1) & 0xFF
+                    dest = "uplink"
+                    st.count("job_uplink", stat, nbytes)
+        elif rdy != 0:
+            out_values = lanes.word_to_bytes(slots.values[vidx])
+            exp, ncontrib, flags = ex, ns, FLAG_RESULT
+            dest = "back"
+            st.count("job_result_retransmits", stat, nbytes)
+        elif cnt == fan_in:
+            out_values = lanes.word_to_bytes(slots.values[vidx])
+            exp, ncontrib, flags = ex, ns, FLAG_CONTRIB | FLAG_RETRANS
+            level = (level + 1) & 0xFF
+            dest = "uplink"
+            st.count("job_uplink", stat, nbytes)
+        else:
+            st.count("job_duplicates", stat, nbytes)
+            return []
+
+        if store:
+            nw = (rdy << 64) | (ns << 48) | (ex << 40) | (cnt << 32) | bm
+            pair = (nw << 72) | oth if version == 1 else (oth << 72) | nw
+            slots.state[idx] = (gen << 144) | pair
+
+        if dest is None:
+            return []
+        if dest == "mcast":
+            ports = [p for p, _ in st.mcast.get(j["mcast_grp"], ())]
+        elif dest == "uplink":
+            ports = [j["uplink_port"]]
+        else:
+            ports = [port]
+        tail = frame[PASSING_END:]
+        out = []
+        for egress in ports:
+            peer = st.tables["peer_rewrite"].entries.get((job_id, egress))
+            if peer is None:
+                st.count("egress_drops", 0, nbytes)
+                continue
+            out.append((egress, self._rewrite(frame, peer.params, slot, flags, version, level,
+                                              frag, ncontrib, exp, reserved, job_id,
+                                              out_values, tail)))
+        return out
+
+    @staticmethod
+    def _rewrite(frame, peer, slot, flags, version, level, frag, ncontrib, exp, reserved,
+                 job_id, values, tail) -> bytes:
+        """PeerRewrite.set_peer, then the checksum update and the deparser."""
+        ip = bytearray(frame[IPV4_OFF:IPV4_OFF + 20])
+        ip[12:16] = peer["src_ip"].to_bytes(4, "big")
+        ip[16:20] = peer["dst_ip"].to_bytes(4, "big")
+        ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
+        return b"".join((
+            peer["dst_mac"].to_bytes(6, "big"), peer["src_mac"].to_bytes(6, "big"), ETH_IPV4,
+            ip,
+            _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), frame[38:40], b"\x00\x00",
+            _HDR.pack(job_id, slot, peer["contributor"], flags, version, level, frag, ncontrib,
+                      exp, reserved),
+            values, tail,
+        ))
