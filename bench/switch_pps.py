@@ -91,7 +91,7 @@ def run(target: str, seconds: float) -> dict:
     fabric = Fabric(target, {"s1": 4})
     try:
         sw = fabric["s1"]
-        ForwardingTables(sw.conn).install({host_mac(DEV, p): p for p in range(1, 5)},
+        ForwardingTables(sw.conn).sync({host_mac(DEV, p): p for p in range(1, 5)},
                                           flood_ports=range(1, 5), flood_group=1)
         install_job(sw.conn, DEV, job_id=1, members={1: 0, 2: 1}, pool_size=POOL)
         fwd = blast(fabric, [(1, f) for f in forwarding_frames()], [3], seconds)

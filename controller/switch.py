@@ -24,26 +24,29 @@ from passing.p4info import P4InfoIndex, decode_value, encode_value
 Update = p4runtime_pb2.Update
 
 
-def describe_write_error(err: grpc.RpcError, req: p4runtime_pb2.WriteRequest) -> str:
-    """The per-update errors of a failed Write, from the status details (P4Runtime spec 12)."""
+def write_failures(err: grpc.RpcError) -> list[tuple[int, str, str]]:
+    """(update index, status code name, message) of each failed update of a Write, from the
+    status details (P4Runtime spec, section 12)."""
+    out = []
     for key, value in err.trailing_metadata() or ():
         if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            parts = []
-            for i, detail in enumerate(status.details):
+            for i, detail in enumerate(status_pb2.Status.FromString(value).details):
                 e = p4runtime_pb2.Error()
                 if detail.Unpack(e) and e.canonical_code != code_pb2.OK:
-                    what = req.updates[i].entity.WhichOneof("entity") if i < len(req.updates) \
-                        else "?"
-                    parts.append(f"update {i} ({what}): {code_pb2.Code.Name(e.canonical_code)}: "
-                                 f"{e.message}")
-            if parts:
-                return "; ".join(parts)
-    return f"{err.code().name}: {err.details()}"
+                    out.append((i, code_pb2.Code.Name(e.canonical_code), e.message))
+    return out
 
 
 class SwitchError(RuntimeError):
     """A switch refused a request or could not be reached; the message says which and why."""
+
+
+class WriteError(SwitchError):
+    """A Write with failed updates; `failures` lists (index, code name, message) of each."""
+
+    def __init__(self, message: str, failures: list[tuple[int, str, str]]):
+        super().__init__(message)
+        self.failures = failures
 
 
 class _Client(P4RuntimeClient):
@@ -67,7 +70,7 @@ class _Client(P4RuntimeClient):
 
 class SwitchConnection:
     def __init__(self, name: str, address: str, device_id: int = 0,
-                 election_id: tuple[int, int] = (0, 1), dump_file: str | Path | None = None,
+                 election_id: tuple[int, int] = (0, 10), dump_file: str | Path | None = None,
                  connect_timeout: float = 5.0):
         self.name = name
         self.address = address
@@ -162,8 +165,13 @@ class SwitchConnection:
         try:
             self._client.stub.Write(req)
         except grpc.RpcError as e:
-            raise SwitchError(f"switch {self.name}: write failed: "
-                              f"{describe_write_error(e, req)}") from None
+            failures = write_failures(e)
+            if not failures:
+                raise SwitchError(f"switch {self.name}: write failed: {e.code().name}: "
+                                  f"{e.details()}") from None
+            what = "; ".join(f"update {i} ({req.updates[i].entity.WhichOneof('entity')}): "
+                             f"{code}: {msg}" for i, code, msg in failures)
+            raise WriteError(f"switch {self.name}: write failed: {what}", failures) from None
 
     def table_entry(self, table: str, match: Mapping[str, int | str], action: str,
                     params: Mapping[str, int | str] | None = None,

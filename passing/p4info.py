@@ -99,3 +99,20 @@ class P4InfoIndex:
     def names(self, kind: str) -> list[str]:
         return sorted({"table": self._tables, "action": self._actions,
                        "counter": self._counters, "register": self._registers}[kind])
+
+
+def pipeline_signature(info: p4info_pb2.P4Info) -> list[tuple]:
+    """What must be equal for two P4Infos to describe the same program (ids, names, widths)."""
+    sig = []
+    for t in info.tables:
+        sig.append(("table", t.preamble.id, t.preamble.name, t.size,
+                    tuple((m.id, m.name, m.bitwidth, m.match_type) for m in t.match_fields),
+                    tuple((a.id, a.scope) for a in t.action_refs)))
+    for a in info.actions:
+        sig.append(("action", a.preamble.id, a.preamble.name,
+                    tuple((p.id, p.name, p.bitwidth) for p in a.params)))
+    for c in info.counters:
+        sig.append(("counter", c.preamble.id, c.preamble.name, c.size, c.spec.unit))
+    for r in info.registers:
+        sig.append(("register", r.preamble.id, r.preamble.name, r.size))
+    return sorted(sig)

@@ -19,30 +19,13 @@ from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from passing.p4info import P4InfoIndex, decode_value, encode_value
+from passing.p4info import P4InfoIndex, decode_value, encode_value, pipeline_signature
 from switch_model.pipeline import Pipeline
 from switch_model.state import Action, StateError
 
 log = logging.getLogger("switch_model.p4runtime")
 Update = p4runtime_pb2.Update
 _UPDATE_KIND = {Update.INSERT: "INSERT", Update.MODIFY: "MODIFY", Update.DELETE: "DELETE"}
-
-
-def pipeline_signature(info: p4info_pb2.P4Info) -> list[tuple]:
-    """What must be equal for two P4Infos to describe the same program (ids, names, widths)."""
-    sig = []
-    for t in info.tables:
-        sig.append(("table", t.preamble.id, t.preamble.name, t.size,
-                    tuple((m.id, m.name, m.bitwidth, m.match_type) for m in t.match_fields),
-                    tuple((a.id, a.scope) for a in t.action_refs)))
-    for a in info.actions:
-        sig.append(("action", a.preamble.id, a.preamble.name,
-                    tuple((p.id, p.name, p.bitwidth) for p in a.params)))
-    for c in info.counters:
-        sig.append(("counter", c.preamble.id, c.preamble.name, c.size, c.spec.unit))
-    for r in info.registers:
-        sig.append(("register", r.preamble.id, r.preamble.name, r.size))
-    return sorted(sig)
 
 
 class _Abort(Exception):

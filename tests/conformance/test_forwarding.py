@@ -14,7 +14,7 @@ DEV = 0
 
 def test_known_unicast_goes_to_its_port_and_broadcast_floods(star):
     sw = star["s1"]
-    ForwardingTables(sw.conn).install({host_mac(DEV, p): p for p in range(1, 6)},
+    ForwardingTables(sw.conn).sync({host_mac(DEV, p): p for p in range(1, 6)},
                                       flood_ports=range(1, 6), flood_group=1)
     ping = bytes(Ether(src=host_mac(DEV, 1), dst=host_mac(DEV, 4))
                  / IP(src=host_ip(DEV, 1), dst=host_ip(DEV, 4)) / ICMP())
@@ -34,7 +34,7 @@ def test_known_unicast_goes_to_its_port_and_broadcast_floods(star):
 
 def test_other_udp_ports_are_ordinary_traffic(star):
     sw = star["s1"]
-    ForwardingTables(sw.conn).install({host_mac(DEV, 3): 3}, flood_ports=range(1, 6),
+    ForwardingTables(sw.conn).sync({host_mac(DEV, 3): 3}, flood_ports=range(1, 6),
                                       flood_group=1)
     frame = bytes(Ether(src=host_mac(DEV, 1), dst=host_mac(DEV, 3))
                   / IP(src=host_ip(DEV, 1), dst=host_ip(DEV, 3))

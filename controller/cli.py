@@ -1,0 +1,248 @@
+"""`passing-ctl`: the operator's command line for the PASSING controller.
+
+Every invocation connects to the switches it needs, does one thing and exits; the job table is
+kept in SQLite, so nothing is lost between invocations or when one is interrupted.
+
+Exit codes: 0 done, 2 bad command line, 3 request refused (unknown job, duplicate id, host not in
+the topology, job that does not fit, bad topology), 4 a switch is unreachable or refused a write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from controller.core import Controller, ControllerError, Endpoint, SwitchUnreachable
+from controller.jobs import JobError, JobSpec
+from controller.store import StoreError
+from controller.switch import SwitchError
+from controller.topology import TopologyError, load
+
+EXIT_REFUSED, EXIT_SWITCH = 3, 4
+
+EXAMPLES = {
+    "switches": "passing-ctl --config runs/star/controller.json switches",
+    "prepare": "passing-ctl --config runs/star/controller.json prepare",
+    "job create": "passing-ctl job create 7 --hosts h1,h2,h3 --window 128\n"
+                  "  passing-ctl job create 8 --all-hosts --window 512 --min-window 64 --json",
+    "job delete": "passing-ctl job delete 7",
+    "job list": "passing-ctl job list --json",
+    "job show": "passing-ctl job show 7   # pools per switch and the host agents' parameters",
+    "slots": "passing-ctl slots",
+    "stats": "passing-ctl stats 7 --json",
+    "reconcile": "passing-ctl reconcile --dry-run",
+}
+
+
+def _epilog(cmd: str) -> str:
+    return f"example:\n  {EXAMPLES[cmd]}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="passing-ctl", formatter_class=fmt,
+        description="Control plane of PASSING: share the switches' aggregation slots among "
+                    "training jobs over P4Runtime.",
+        epilog="The controller configuration (JSON) names the topology file, each switch's "
+               "P4Runtime address and device id, and the state file:\n"
+               '  {"topology": "topologies/star.json", "state": "controller.sqlite",\n'
+               '   "switches": {"s1": {"address": "127.0.0.1:50001", "device_id": 0}}}\n'
+               "Paths are relative to the configuration file. Default: $PASSING_CTL_CONFIG.")
+    p.add_argument("--config", default=os.environ.get("PASSING_CTL_CONFIG"),
+                   help="controller configuration file (default: $PASSING_CTL_CONFIG)")
+    p.add_argument("--timeout", type=float, default=5.0,
+                   help="seconds to wait for a switch per attempt (default 5)")
+    p.add_argument("--retries", type=int, default=3, help="connection attempts (default 3)")
+    p.add_argument("--dump-p4runtime", metavar="DIR", default=None,
+                   help="append every P4Runtime message to DIR/<switch>-p4runtime.log")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def add(name: str, help_: str, parent=sub, key: str | None = None):
+        sp = parent.add_parser(name, help=help_, description=help_, formatter_class=fmt,
+                               epilog=_epilog(key or name))
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        return sp
+
+    add("switches", "show each switch: reachable? which pipeline does it run?")
+    add("prepare", "push the pipeline where missing and install forwarding on every switch")
+    job = sub.add_parser("job", help="create, delete, list or show jobs",
+                         description="create, delete, list or show jobs")
+    jsub = job.add_subparsers(dest="job_cmd", required=True, metavar="ACTION")
+    c = add("create", "create a job: slot pools on its switches, membership, multicast",
+            jsub, "job create")
+    c.add_argument("job_id", type=int, help="job id, 1..65535")
+    who = c.add_mutually_exclusive_group(required=True)
+    who.add_argument("--hosts", help="comma-separated host names of the topology")
+    who.add_argument("--all-hosts", action="store_true", help="every host of the topology")
+    c.add_argument("--window", type=int, required=True, help="slots wanted per switch")
+    c.add_argument("--min-window", type=int, default=None,
+                   help="accept a smaller pool down to this many slots when space is short")
+    c.add_argument("--agent-port", type=int, default=0,
+                   help="UDP port the host agents receive results on (default 40000+id)")
+    c.add_argument("--params-out", default=None,
+                   help="also write the host agents' job parameters (JSON) to this file")
+    d = add("delete", "delete a job and free its slots", jsub, "job delete")
+    d.add_argument("job_id", type=int)
+    add("list", "list jobs", jsub, "job list")
+    s = add("show", "a job's pools per switch and its host agents' parameters", jsub, "job show")
+    s.add_argument("job_id", type=int)
+    add("slots", "slot occupancy per switch, as a map")
+    st = add("stats", "per-job counters from the switches")
+    st.add_argument("job_id", type=int, nargs="?", help="one job (default: all)")
+    r = add("reconcile", "compare switches with the job table; re-install what is missing")
+    r.add_argument("--dry-run", action="store_true", help="report only, change nothing")
+    return p
+
+
+def load_controller(args) -> Controller:
+    if not args.config:
+        raise ControllerError("no controller configuration: pass --config FILE or set "
+                              "PASSING_CTL_CONFIG (see passing-ctl --help)")
+    cfg_path = Path(args.config)
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except FileNotFoundError:
+        raise ControllerError(f"{cfg_path}: no such configuration file") from None
+    except json.JSONDecodeError as e:
+        raise ControllerError(f"{cfg_path}: not valid JSON: {e}") from None
+    base = cfg_path.parent
+    for key in ("topology", "state", "switches"):
+        if key not in cfg:
+            raise ControllerError(f"{cfg_path}: missing \"{key}\"")
+    topo = load(base / cfg["topology"])
+    endpoints = {}
+    for name, sw in cfg["switches"].items():
+        if name not in topo.switches:
+            raise ControllerError(f"{cfg_path}: switches.{name} is not in the topology")
+        try:
+            endpoints[name] = Endpoint(name, str(sw["address"]), int(sw.get("device_id", 0)))
+        except (KeyError, TypeError, ValueError):
+            raise ControllerError(f"{cfg_path}: switches.{name} needs \"address\" and an "
+                                  "integer \"device_id\"") from None
+    return Controller(topo, endpoints, base / cfg["state"], max_jobs=cfg.get("max_jobs", 8),
+                      connect_timeout=args.timeout, retries=args.retries,
+                      dump_dir=Path(args.dump_p4runtime) if args.dump_p4runtime else None)
+
+
+def _pools(rec) -> list[dict]:
+    return [{"switch": p.switch, "slots": f"{p.base}-{p.base + p.size - 1}", "size": p.size,
+             "fan_in": p.fan_in, "role": "root" if p.is_root else "non-root",
+             "generation": p.gen} for p in rec.pools]
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    lines = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+def run(args) -> tuple[object, str]:
+    """(JSON-able result, human text)."""
+    with load_controller(args) as ctl:
+        if args.cmd == "switches":
+            rows = ctl.switch_status()
+            for r in rows:
+                r["status"] = ("pipeline loaded" if r["pipeline"] == "ours" else
+                               "no pipeline" if r["pipeline"] == "none" else
+                               "another pipeline" if r["pipeline"] else
+                               "UNREACHABLE: " + r.get("error", ""))
+            return rows, _table(rows, ["switch", "role", "address", "device_id", "status"])
+        if args.cmd == "prepare":
+            res = {name: ctl.prepare(name) for name in ctl.topo.switches}
+            return res, "\n".join(f"{n}: pipeline {v}, forwarding installed"
+                                  for n, v in res.items())
+        if args.cmd == "job":
+            return run_job(ctl, args)
+        if args.cmd == "slots":
+            res, text = {}, []
+            for name, alloc in ctl.slots().items():
+                res[name] = {"capacity": alloc.capacity, "used": alloc.used(),
+                             "jobs": {j: [r.base, r.size] for j, r in alloc.allocations().items()},
+                             "free": [[r.base, r.size] for r in alloc.free_ranges()]}
+                text.append(f"{name}: {alloc.used()}/{alloc.capacity} slots used, fair share "
+                            f"{alloc.fair_share()}\n{alloc.occupancy_map()}")
+            return res, "\n\n".join(text)
+        if args.cmd == "stats":
+            ids = [args.job_id] if args.job_id is not None else [j.job_id for j in ctl.store.jobs()]
+            res = {jid: ctl.stats(jid) for jid in ids}
+            rows = [{"job": jid, "switch": sw, **counts}
+                    for jid, per in res.items() for sw, counts in per.items()]
+            cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
+                    "job_result_retransmits", "job_uplink", "job_downlink"]
+            drops = [{"job": r["job"], "switch": r["switch"],
+                      **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in rows]
+            text = _table(rows, cols) if rows else "no jobs"
+            if rows:
+                text += "\n\ndrops:\n" + _table(drops, list(drops[0]))
+            return res, text
+        if args.cmd == "reconcile":
+            rep = ctl.reconcile(fix=not args.dry_run)
+            lines = []
+            for name, entry in rep.items():
+                lines.append(f"{name}: " + (", ".join(entry.get("pipeline", [])) or "checked"))
+                lines += [f"  repaired {x}" for x in entry["repaired"]]
+                lines += [f"  STRAY {x} (not removed)" for x in entry["stray"]]
+                lines += [f"  ERROR {x}" for x in entry["errors"]]
+            return rep, "\n".join(lines)
+    raise AssertionError(args.cmd)
+
+
+def run_job(ctl: Controller, args) -> tuple[object, str]:
+    if args.job_cmd == "create":
+        hosts = tuple(ctl.topo.hosts) if args.all_hosts else \
+            tuple(h.strip() for h in args.hosts.split(",") if h.strip())
+        spec = JobSpec(args.job_id, hosts, args.window, args.min_window,
+                       agent_port=args.agent_port)
+        rec = ctl.create_job(spec)
+        params = ctl.agent_params(rec.job_id)
+        if args.params_out:
+            Path(args.params_out).write_text(json.dumps(params, indent=2) + "\n")
+        res = {"job_id": rec.job_id, "pools": _pools(rec), "agent_params": params}
+        return res, (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}:\n"
+                     + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role"]))
+    if args.job_cmd == "delete":
+        rec = ctl.delete_job(args.job_id)
+        freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}" for p in rec.pools)
+        return {"job_id": rec.job_id, "freed": _pools(rec)}, \
+            f"job {rec.job_id} deleted; slots freed: {freed}"
+    if args.job_cmd == "list":
+        rows = [{"job": r.job_id, "hosts": ",".join(r.spec["hosts"]),
+                 "window": r.pools[0].size, "switches": ",".join(p.switch for p in r.pools)}
+                for r in ctl.store.jobs()]
+        return rows, _table(rows, ["job", "hosts", "window", "switches"]) if rows else "no jobs"
+    if args.job_cmd == "show":
+        rec = ctl.job(args.job_id)
+        params = ctl.agent_params(args.job_id)
+        res = {"job_id": rec.job_id, "spec": rec.spec, "pools": _pools(rec),
+               "agent_params": params}
+        return res, (f"job {rec.job_id}: hosts {', '.join(rec.spec['hosts'])}\n"
+                     + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role",
+                                            "generation"])
+                     + "\n\nagent parameters:\n" + json.dumps(params, indent=2))
+    raise AssertionError(args.job_cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result, text = run(args)
+    except SwitchUnreachable as e:
+        print(f"passing-ctl: {e}", file=sys.stderr)
+        return EXIT_SWITCH
+    except (ControllerError, JobError, TopologyError, StoreError) as e:
+        print(f"passing-ctl: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    except SwitchError as e:
+        print(f"passing-ctl: {e}", file=sys.stderr)
+        return EXIT_SWITCH
+    print(json.dumps(result, indent=2, default=str) if getattr(args, "json", False) else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""A job's entries on one switch: what they should be, writing them, removing them, comparing.
+
+Everything a job needs on a switch is described as data first (`Desired`), so that install,
+rollback, delete and reconcile all work from the same description.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from controller.jobs import SwitchRole
+from controller.switch import SwitchConnection, SwitchError, Update, WriteError
+from controller.tables.admission import AdmissionTables, JobConfig
+from controller.tables.peers import Peer, PeerTables
+from controller.topology import Switch
+from passing.p4info import encode_value
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    """The per-switch resources of a job (a subset of controller.store.PoolRecord)."""
+
+    base: int
+    size: int
+    gen: int
+    stat_idx: int
+    mcast_grp: int
+
+
+@dataclass
+class Desired:
+    job: JobConfig
+    members: dict[int, int] = field(default_factory=dict)  # port -> contributor
+    peers: dict[int, Peer] = field(default_factory=dict)  # egress port -> peer
+    replicas: list[tuple[int, int]] = field(default_factory=list)
+
+
+def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch) -> Desired:
+    d = Desired(JobConfig(job_id, pool.base, pool.size, role.fan_in, pool.mcast_grp, pool.gen,
+                          int(role.is_root), role.uplink.port if role.uplink else 0,
+                          pool.stat_idx))
+    for m in role.members:
+        d.members[m.port] = m.contributor
+        d.peers[m.port] = Peer(m.mac, switch.mac, m.ip, switch.ip, m.udp_port, m.contributor)
+        d.replicas.append((m.port, m.contributor))
+    if role.uplink is not None:
+        u = role.uplink
+        d.peers[u.port] = Peer(u.mac, switch.mac, u.ip, switch.ip, u.udp_port, u.contributor)
+    return d
+
+
+def _updates(conn: SwitchConnection, d: Desired, kind: int) -> list[Update]:
+    adm, peers = AdmissionTables(conn), PeerTables(conn)
+    jid = d.job.job_id
+    if kind == Update.DELETE:
+        ups = [adm.job_delete(jid)]
+        ups += [adm.member_delete(jid, port) for port in d.members]
+        ups += [peers.peer_delete(jid, port) for port in d.peers]
+        ups.append(conn.multicast_update(Update.DELETE, d.job.mcast_grp))
+        return ups
+    ups = [adm.job_update(kind, d.job)]
+    ups += [adm.member_update(kind, jid, port, cid) for port, cid in d.members.items()]
+    ups += [peers.peer_update(kind, jid, port, peer) for port, peer in d.peers.items()]
+    ups.append(conn.multicast_update(kind, d.job.mcast_grp, d.replicas))
+    return ups
+
+
+def install(conn: SwitchConnection, d: Desired) -> None:
+    """All of the job's entries on this switch, or none of them."""
+    try:
+        conn.write(_updates(conn, d, Update.INSERT))
+    except SwitchError:
+        remove(conn, d)
+        raise
+
+
+def remove(conn: SwitchConnection, d: Desired) -> None:
+    """Delete the job's entries; entries already absent are fine (safe to repeat)."""
+    try:
+        conn.write(_updates(conn, d, Update.DELETE))
+    except WriteError as e:
+        if any(code != "NOT_FOUND" for _, code, _ in e.failures):
+            raise
+
+
+@dataclass
+class SwitchSnapshot:
+    """What one switch holds, as read back over P4Runtime."""
+
+    jobs: dict[int, JobConfig]
+    members: dict[tuple[int, int], int]
+    peers: dict[tuple[int, int], dict]
+    groups: dict[int, list[tuple[int, int]]]
+
+    @classmethod
+    def read(cls, conn: SwitchConnection) -> SwitchSnapshot:
+        return cls(AdmissionTables(conn).jobs(), AdmissionTables(conn).members(),
+                   PeerTables(conn).peers(), conn.read_multicast_groups())
+
+
+def _peer_params(peer: Peer) -> dict[str, int]:
+    widths = {"dst_mac": 48, "src_mac": 48, "dst_ip": 32, "src_ip": 32, "dst_port": 16,
+              "contributor": 8}
+    return {k: int.from_bytes(encode_value(v, widths[k]), "big") for k, v in asdict(peer).items()}
+
+
+def differences(snap: SwitchSnapshot, d: Desired) -> list[str]:
+    """Human-readable list of what differs from `d` on the switch; empty when in sync."""
+    jid = d.job.job_id
+    out = []
+    have = snap.jobs.get(jid)
+    if have != d.job:
+        out.append(f"job_config[{jid}]: " + ("missing" if have is None else f"is {have}"))
+    for port, cid in d.members.items():
+        if snap.members.get((jid, port)) != cid:
+            out.append(f"membership[{jid}, port {port}]: missing or wrong")
+    for port, peer in d.peers.items():
+        if snap.peers.get((jid, port)) != _peer_params(peer):
+            out.append(f"peer_rewrite[{jid}, port {port}]: missing or wrong")
+    if sorted(snap.groups.get(d.job.mcast_grp, [])) != sorted(d.replicas):
+        out.append(f"multicast group {d.job.mcast_grp}: missing or wrong")
+    return out
+
+
+def strays(snap: SwitchSnapshot, wanted: dict[int, Desired],
+           reserved_groups: set[int]) -> list[str]:
+    """Entries on the switch that no known job accounts for."""
+    out = []
+    for jid in sorted(set(snap.jobs) - set(wanted)):
+        out.append(f"job_config[{jid}]")
+    for jid, port in sorted(snap.members):
+        if jid not in wanted or port not in wanted[jid].members:
+            out.append(f"membership[{jid}, port {port}]")
+    for jid, port in sorted(snap.peers):
+        if jid not in wanted or port not in wanted[jid].peers:
+            out.append(f"peer_rewrite[{jid}, port {port}]")
+    groups = {d.job.mcast_grp for d in wanted.values()} | reserved_groups
+    out += [f"multicast group {g}" for g in sorted(set(snap.groups) - groups)]
+    return out
+
+
+def repair(conn: SwitchConnection, snap: SwitchSnapshot, d: Desired) -> None:
+    """Make the switch hold exactly `d` for this job: insert what is missing, modify what is
+    wrong. Entries of this job that `d` does not have are removed."""
+    adm, peers = AdmissionTables(conn), PeerTables(conn)
+    jid = d.job.job_id
+    ups = []
+    if jid not in snap.jobs:
+        ups.append(adm.job_update(Update.INSERT, d.job))
+    elif snap.jobs[jid] != d.job:
+        ups.append(adm.job_update(Update.MODIFY, d.job))
+    for port, cid in d.members.items():
+        have = snap.members.get((jid, port))
+        if have != cid:
+            kind = Update.INSERT if have is None else Update.MODIFY
+            ups.append(adm.member_update(kind, jid, port, cid))
+    for (j, port) in snap.members:
+        if j == jid and port not in d.members:
+            ups.append(adm.member_delete(jid, port))
+    for port, peer in d.peers.items():
+        have = snap.peers.get((jid, port))
+        if have != _peer_params(peer):
+            kind = Update.INSERT if have is None else Update.MODIFY
+            ups.append(peers.peer_update(kind, jid, port, peer))
+    for (j, port) in snap.peers:
+        if j == jid and port not in d.peers:
+            ups.append(peers.peer_delete(jid, port))
+    have_group = snap.groups.get(d.job.mcast_grp)
+    if have_group is None:
+        ups.append(conn.multicast_update(Update.INSERT, d.job.mcast_grp, d.replicas))
+    elif sorted(have_group) != sorted(d.replicas):
+        ups.append(conn.multicast_update(Update.MODIFY, d.job.mcast_grp, d.replicas))
+    conn.write(ups)

@@ -1,0 +1,139 @@
+"""Jobs: what an operator asks for (JobSpec) and how it maps onto the fabric (JobPlan).
+
+A job inside one rack uses its ToR alone as root. A job spanning racks gets a pool on every ToR
+(fan-in = the job's hosts in that rack, non-root, sending up through its uplink) and one on the
+spine (fan-in = the number of racks, root). Contributor ids are positions: hosts ordered by port
+within their rack at a ToR, racks ordered by name at the spine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from controller.topology import Topology
+from passing import protocol as P
+
+DEFAULT_AGENT_PORT_BASE = 40000
+
+
+class JobError(ValueError):
+    """A job that cannot be created as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: int
+    hosts: tuple[str, ...]
+    window: int  # slots wanted per switch (the agents' window)
+    min_window: int | None = None  # accept a smaller pool down to this, when short
+    k: int = P.K
+    scale_bits: int = 0  # 0: the agents choose the fixed-point scale per block (see host agent)
+    agent_port: int = 0  # UDP port the agents receive results on; 0 = 40000 + job_id % 20000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.job_id <= 0xFFFF:
+            raise JobError(f"job id {self.job_id} outside 1..65535")
+        if not self.hosts:
+            raise JobError("a job needs at least one host")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise JobError("a host is listed twice")
+        if self.window < 1:
+            raise JobError("window must be at least 1 slot")
+        if self.min_window is not None and not 1 <= self.min_window <= self.window:
+            raise JobError(f"min window must be in 1..{self.window}")
+        if self.k != P.K:
+            raise JobError(f"K={self.k} but the P4 program was compiled with K={P.K}")
+        if not 0 <= self.agent_port <= 0xFFFF:
+            raise JobError(f"agent port {self.agent_port} outside 0..65535")
+
+    @property
+    def udp_port(self) -> int:
+        return self.agent_port or DEFAULT_AGENT_PORT_BASE + self.job_id % 20000
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["hosts"] = list(self.hosts)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> JobSpec:
+        return cls(**{**d, "hosts": tuple(d["hosts"])})
+
+
+@dataclass(frozen=True)
+class Member:
+    """One contributor of a job at one switch: a host (at a ToR) or a ToR (at the spine)."""
+
+    name: str
+    port: int
+    contributor: int
+    ip: str
+    mac: str
+    udp_port: int
+
+
+@dataclass(frozen=True)
+class SwitchRole:
+    """What one switch does for one job."""
+
+    switch: str
+    is_root: bool
+    members: tuple[Member, ...]
+    uplink: Member | None = None  # at a non-root: the spine, and this ToR's id there
+
+    @property
+    def fan_in(self) -> int:
+        return len(self.members)
+
+
+@dataclass
+class JobPlan:
+    spec: JobSpec
+    roles: dict[str, SwitchRole] = field(default_factory=dict)
+
+    @property
+    def switches(self) -> list[str]:
+        # Spine last: ToRs are configured before the switch they send to.
+        return sorted(self.roles, key=lambda s: (self.roles[s].is_root and len(self.roles) > 1, s))
+
+
+def plan(spec: JobSpec, topo: Topology) -> JobPlan:
+    unknown = [h for h in spec.hosts if h not in topo.hosts]
+    if unknown:
+        raise JobError(f"host(s) not in topology {topo.name}: {', '.join(unknown)} "
+                       f"(have: {', '.join(topo.hosts)})")
+    racks: dict[str, list] = {}
+    for h in spec.hosts:
+        host = topo.hosts[h]
+        racks.setdefault(host.rack, []).append(host)
+    out = JobPlan(spec)
+    multi = len(racks) > 1
+    spine = None
+    if multi:
+        spines = [s for s in topo.switches.values() if s.role == "spine"]
+        if not spines:
+            raise JobError("the job spans racks but the topology has no spine")
+        spine = spines[0]
+    rack_order = sorted(racks)
+    for rack in rack_order:
+        hosts = sorted(racks[rack], key=lambda h: h.port)
+        if len(hosts) > P.MAX_FAN_IN:
+            raise JobError(f"rack {rack}: {len(hosts)} hosts, at most {P.MAX_FAN_IN} per switch")
+        members = tuple(Member(h.name, h.port, i, h.ip, h.mac, spec.udp_port)
+                        for i, h in enumerate(hosts))
+        uplink = None
+        if multi:
+            up = topo.uplink_of(rack)
+            if up is None:
+                raise JobError(f"rack {rack} has no uplink to the spine")
+            uplink = Member(spine.name, up.tor_port, rack_order.index(rack), spine.ip, spine.mac,
+                            P.PASSING_UDP_PORT)
+        out.roles[rack] = SwitchRole(rack, not multi, members, uplink)
+    if multi:
+        members = []
+        for i, rack in enumerate(rack_order):
+            up = topo.uplink_of(rack)
+            tor = topo.switches[rack]
+            members.append(Member(rack, up.spine_port, i, tor.ip, tor.mac, P.PASSING_UDP_PORT))
+        out.roles[spine.name] = SwitchRole(spine.name, True, tuple(members))
+    return out
