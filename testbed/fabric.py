@@ -114,6 +114,8 @@ class SwitchHandle:
 class Fabric:
     """switches: name -> number of ports (numbered 1..n); links: ((sw, port), (sw, port))."""
 
+    _seq = 0
+
     def __init__(self, target: str, switches: dict[str, int],
                  links: Iterable[tuple[tuple[str, int], tuple[str, int]]] = (),
                  log_dir: Path | None = None):
@@ -121,7 +123,9 @@ class Fabric:
         self.log_dir = log_dir
         self._links: list[str] = []
         self.switches: dict[str, SwitchHandle] = {}
-        tag = f"{os.getpid() % 10000:04d}"
+        # Interface names must be unique across fabrics alive at once, and at most 15 bytes.
+        Fabric._seq += 1
+        tag = f"{os.getpid() % 1000:03d}{Fabric._seq % 36:x}"
         try:
             linked = {}
             for i, ((sa, pa), (sb, pb)) in enumerate(links):
@@ -171,6 +175,16 @@ class Fabric:
             raise ValueError(f"unknown target {self.target!r}")
         out = open(self.log_dir / f"{sw.name}.out", "w") if self.log_dir else subprocess.DEVNULL
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+    def reset(self) -> None:
+        """Back to a freshly started fabric: pushing the pipeline again empties every table,
+        counter and register, on BMv2 and on the model alike; frames still queued are dropped."""
+        for sw in self.switches.values():
+            if sw.proc is not None and sw.proc.poll() is not None:
+                raise RuntimeError(f"switch {sw.name} exited with status {sw.proc.returncode}")
+            sw.conn.set_pipeline(*pipeline_files())
+            for tp in sw.test_ports.values():
+                tp.drain()
 
     def __getitem__(self, name: str) -> SwitchHandle:
         return self.switches[name]

@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from testbed.fabric import ROOT, Fabric
+from passing.pipeline_files import REPO as ROOT
+from testbed.fabric import Fabric
 
 TARGETS = ["model", "bmv2"]
 
@@ -43,24 +44,45 @@ def target(request) -> str:
     return request.param
 
 
-def _log_dir(tmp_path):
-    return tmp_path if os.environ.get("PASSING_SWITCH_LOGS") else None
+def _log_dir(factory) -> object:
+    return factory.mktemp("switch-logs") if os.environ.get("PASSING_SWITCH_LOGS") else None
+
+
+# Switch processes are started once per target and session; each test gets them reset (pipeline
+# pushed again: tables, counters, registers empty), which is what a fresh start gives, faster.
+_fabrics: dict[tuple[str, str], Fabric] = {}
+
+
+def _fabric(kind: str, target: str, factory) -> Fabric:
+    key = (kind, target)
+    if key not in _fabrics:
+        if kind == "star":
+            _fabrics[key] = Fabric(target, {"s1": 5}, log_dir=_log_dir(factory))
+        else:
+            _fabrics[key] = Fabric(target, {"tor1": 3, "tor2": 3, "spine": 3},
+                                   links=[(("tor1", 3), ("spine", 1)), (("tor2", 3), ("spine", 2))],
+                                   log_dir=_log_dir(factory))
+    fabric = _fabrics[key]
+    fabric.reset()
+    return fabric
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_fabrics():
+    yield
+    for fabric in _fabrics.values():
+        fabric.close()
+    _fabrics.clear()
 
 
 @pytest.fixture
-def star(target, tmp_path):
+def star(target, tmp_path_factory):
     """One switch (device 0) with 5 test ports."""
-    fabric = Fabric(target, {"s1": 5}, log_dir=_log_dir(tmp_path))
-    yield fabric
-    fabric.close()
+    return _fabric("star", target, tmp_path_factory)
 
 
 @pytest.fixture
-def two_level(target, tmp_path):
+def two_level(target, tmp_path_factory):
     """tor1 (device 0) and tor2 (device 1): ports 1-2 hosts, port 3 up to the spine (device 2)
     ports 1 and 2; spine port 3 is a test port (unused by jobs)."""
-    fabric = Fabric(target, {"tor1": 3, "tor2": 3, "spine": 3},
-                    links=[(("tor1", 3), ("spine", 1)), (("tor2", 3), ("spine", 2))],
-                    log_dir=_log_dir(tmp_path))
-    yield fabric
-    fabric.close()
+    return _fabric("two_level", target, tmp_path_factory)
