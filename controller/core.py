@@ -194,7 +194,10 @@ class Controller:
         size = self._pool_size(spec, allocs)
         pools = []
         for s in job_plan.switches:
-            rng = allocs[s].allocate(spec.job_id, size)
+            try:
+                rng = allocs[s].allocate(spec.job_id, size)
+            except AllocationError as e:
+                raise ControllerError(str(e)) from None
             role = job_plan.roles[s]
             pools.append(PoolRecord(s, rng.base, rng.size, self.store.next_generation(s),
                                     self.store.free_stat_idx(s), self.store.free_mcast_group(s),

@@ -1,0 +1,249 @@
+"""Slot pools on one switch: which job owns which contiguous range of aggregation slots.
+
+A switch has `capacity` aggregation slots (`passing.protocol.SLOT_CAPACITY` on the real pipeline)
+and admits at most `max_jobs` jobs. A job holds one contiguous range of slots, its pool, per
+switch; the pipeline range-checks every packet against it, so pools must never overlap.
+
+The rules below are the contract an operator can rely on.
+
+* Equal share: no job holds more than `fair_share()` = capacity // max_jobs slots. A request for
+  more is refused, unless the caller gives a `minimum`: then the request counts as one for exactly
+  the equal share (and is refused if `minimum` itself exceeds the share).
+* Share segments: the slots are cut into segments of `fair_share()` slots starting at slot 0
+  (the last one shorter when max_jobs does not divide capacity), and a pool never crosses a
+  segment boundary. Every pool therefore lies in one segment, so while fewer than max_jobs jobs
+  hold pools at least one whole segment is empty: every request of at most the equal share
+  succeeds in full, whatever sizes came and went before. (Plain first-fit without segments cannot
+  promise this: freed holes between pools can leave the space split into pieces that are each
+  too small.)
+* First fit: a block is a maximal run of free slots inside one segment. The block with the lowest
+  base whose size is at least `want` gets the job: exactly `want` slots at the block's start.
+* Shortage: only pools restored from an earlier run under a different capacity or max_jobs can
+  cross a segment or exceed the share, and only they can leave no block of `want` slots. Then,
+  without `minimum` the request is refused with a list of the free ranges; with `minimum` the
+  job gets the largest block (lowest base among equals), min(want, its size) slots, provided that
+  is at least `minimum`, else the request is refused naming the minimum and the largest block.
+* Also refused: want < 1, minimum < 1, minimum > want, a job that already holds a pool here, and
+  a new job when max_jobs jobs already hold pools.
+* Freeing a pool returns its slots at once; free space next to it merges into one free range.
+* Pools never overlap and always lie in [0, capacity).
+
+Errors are `AllocationError`s whose message names the switch, the request and the free space, so
+it can go to the operator as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# The occupancy map grows to at most this many lines before cells start standing for several
+# slots, so a whole switch fits on one terminal screen.
+MAP_MAX_LINES = 16
+# Job symbols in the occupancy map; jobs beyond these share MAP_OVERFLOW_SYMBOL (the legend still
+# lists each of them with its range).
+MAP_SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+MAP_OVERFLOW_SYMBOL = "*"
+MAP_FREE_SYMBOL = "."
+
+
+@dataclass(frozen=True, order=True)
+class SlotRange:
+    """Slots base .. base + size - 1 of one switch."""
+
+    base: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        """One past the last slot."""
+        return self.base + self.size
+
+    def __str__(self) -> str:
+        # Inclusive bounds: an operator compares them with register indices, which are inclusive.
+        return f"{self.base}-{self.end - 1} ({self.size})"
+
+
+class AllocationError(Exception):
+    """A pool request or release that the rules in this module refuse."""
+
+
+class SlotAllocator:
+    """The pools of one switch. Not thread-safe: the controller owns one per switch."""
+
+    def __init__(self, switch: str, capacity: int, max_jobs: int = 8,
+                 allocations: Mapping[int, SlotRange] | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"switch {switch}: capacity must be at least 1, got {capacity}")
+        if max_jobs < 1:
+            raise ValueError(f"switch {switch}: max_jobs must be at least 1, got {max_jobs}")
+        if capacity < max_jobs:
+            raise ValueError(f"switch {switch}: {capacity} slots cannot give each of {max_jobs} "
+                             "jobs even one slot")
+        self.switch = switch
+        self.capacity = capacity
+        self.max_jobs = max_jobs
+        self._pools: dict[int, SlotRange] = {}
+        # Restored pools are what the switch holds right now, so they are accepted even where they
+        # break the share rules of the current configuration (the jobs are live); only states that
+        # cannot exist on a switch are rejected.
+        for job_id, pool in (allocations or {}).items():
+            if pool.size < 1:
+                raise ValueError(f"switch {switch}: job {job_id} has an empty pool {pool!r}")
+            if pool.base < 0 or pool.end > capacity:
+                raise ValueError(f"switch {switch}: job {job_id} pool {pool} lies outside slots "
+                                 f"0-{capacity - 1}")
+            self._pools[job_id] = pool
+        by_base = sorted(self._pools.items(), key=lambda item: item[1])
+        for (job_a, pool_a), (job_b, pool_b) in zip(by_base, by_base[1:], strict=False):
+            if pool_b.base < pool_a.end:
+                raise ValueError(f"switch {switch}: pools of job {job_a} ({pool_a}) and job "
+                                 f"{job_b} ({pool_b}) overlap")
+
+    def fair_share(self) -> int:
+        """The most slots one job may hold, and the size of a share segment."""
+        return self.capacity // self.max_jobs
+
+    def allocate(self, job_id: int, want: int, minimum: int | None = None) -> SlotRange:
+        """Give `job_id` a pool of `want` slots (or at least `minimum`), by the module's rules."""
+        who = f"switch {self.switch}: job {job_id}"
+        if want < 1:
+            raise AllocationError(f"{who} asked for {want} slots; a pool needs at least 1")
+        if minimum is not None:
+            if minimum < 1:
+                raise AllocationError(f"{who} asked for a minimum of {minimum} slots; a pool "
+                                      "needs at least 1")
+            if minimum > want:
+                raise AllocationError(f"{who} asked for {want} slots with a larger minimum of "
+                                      f"{minimum}")
+        if job_id in self._pools:
+            raise AllocationError(f"{who} already holds slots {self._pools[job_id]}; free them "
+                                  "before allocating again")
+        if len(self._pools) >= self.max_jobs:
+            raise AllocationError(f"{who} refused: {len(self._pools)} jobs already hold pools, "
+                                  f"the most this switch admits (max_jobs {self.max_jobs})")
+        share = self.fair_share()
+        asked = want
+        if want > share:
+            basis = f"{self.capacity} slots / {self.max_jobs} jobs"
+            if minimum is None:
+                raise AllocationError(f"{who} asked for {want} slots, more than the equal share "
+                                      f"of {share} ({basis}); ask for at most {share}, or give a "
+                                      "minimum to accept the share")
+            if minimum > share:
+                raise AllocationError(f"{who} needs at least {minimum} slots, more than the "
+                                      f"equal share of {share} ({basis})")
+            want = share
+
+        blocks = self._blocks()
+        fit = next((block for block in blocks if block.size >= want), None)
+        if fit is not None:
+            pool = SlotRange(fit.base, want)
+        else:
+            # max() keeps the first of equal keys, and blocks are sorted by base.
+            largest = max(blocks, key=lambda block: block.size, default=None)
+            if minimum is None or largest is None or largest.size < minimum:
+                need = f"{want} contiguous slots"
+                if minimum is not None:
+                    need = f"at least {minimum} contiguous slots (asked for {asked})"
+                raise AllocationError(f"{who} needs {need}; {self._describe_free()}")
+            pool = largest  # smaller than want, since no block holds want
+        self._pools[job_id] = pool
+        return pool
+
+    def free(self, job_id: int) -> SlotRange:
+        """Release the pool of `job_id` and return it."""
+        try:
+            return self._pools.pop(job_id)
+        except KeyError:
+            holders = ", ".join(str(j) for j in sorted(self._pools)) or "none"
+            raise AllocationError(f"switch {self.switch}: job {job_id} holds no slots here "
+                                  f"(jobs holding slots: {holders})") from None
+
+    def allocations(self) -> dict[int, SlotRange]:
+        """job_id -> pool, in order of base (a copy)."""
+        return dict(sorted(self._pools.items(), key=lambda item: item[1]))
+
+    def free_ranges(self) -> list[SlotRange]:
+        """The free space as maximal ranges, sorted by base."""
+        ranges = []
+        cursor = 0
+        for pool in sorted(self._pools.values()):
+            if pool.base > cursor:
+                ranges.append(SlotRange(cursor, pool.base - cursor))
+            cursor = pool.end
+        if cursor < self.capacity:
+            ranges.append(SlotRange(cursor, self.capacity - cursor))
+        return ranges
+
+    def largest_free(self) -> int:
+        """Size of the largest free range (0 when full). A pool may get less: see _blocks."""
+        return max((r.size for r in self.free_ranges()), default=0)
+
+    def used(self) -> int:
+        """Slots held by pools."""
+        return sum(pool.size for pool in self._pools.values())
+
+    def occupancy_map(self, width: int = 64) -> str:
+        """The switch's slots as text: a scale line, map lines of `width` cells, a legend line."""
+        if width < 1:
+            raise ValueError(f"occupancy map width must be at least 1, got {width}")
+        per_cell = max(1, math.ceil(self.capacity / (width * MAP_MAX_LINES)))
+        owners = [MAP_FREE_SYMBOL] * self.capacity
+        legend = []
+        for i, (job_id, pool) in enumerate(self.allocations().items()):
+            symbol = MAP_SYMBOLS[i] if i < len(MAP_SYMBOLS) else MAP_OVERFLOW_SYMBOL
+            owners[pool.base:pool.end] = [symbol] * pool.size
+            legend.append(f"{symbol} = job {job_id} {pool}")
+
+        cells = []
+        for start in range(0, self.capacity, per_cell):
+            cells.append(_cell_symbol(owners[start:start + per_cell]))
+        label = len(str(self.capacity - 1))
+        lines = [self._map_header(per_cell)]
+        for i in range(0, len(cells), width):
+            lines.append(f"{i * per_cell:>{label}} {''.join(cells[i:i + width])}")
+        lines.append("legend: " + (", ".join(legend) if legend else "no jobs"))
+        return "\n".join(lines)
+
+    def _map_header(self, per_cell: int) -> str:
+        if per_cell == 1:
+            scale = f"1 char = 1 slot ('{MAP_FREE_SYMBOL}' free, else the job holding it)"
+        else:
+            scale = (f"1 char = {per_cell} slots ('{MAP_FREE_SYMBOL}' mostly free, else the job "
+                     "holding most of them)")
+        return (f"switch {self.switch}: {self.capacity} slots, {self.used()} used, "
+                f"{self.capacity - self.used()} free, equal share {self.fair_share()}; {scale}; "
+                "lines start with their first slot")
+
+    def _blocks(self) -> list[SlotRange]:
+        """The free ranges cut at share-segment boundaries: where a new pool may go, by base."""
+        share = self.fair_share()
+        blocks = []
+        for free in self.free_ranges():
+            base = free.base
+            while base < free.end:
+                stop = min(free.end, (base // share + 1) * share)
+                blocks.append(SlotRange(base, stop - base))
+                base = stop
+        return blocks
+
+    def _describe_free(self) -> str:
+        free = self.free_ranges()
+        text = f"free: {', '.join(str(r) for r in free) or 'none'}; largest {self.largest_free()}"
+        usable = max((block.size for block in self._blocks()), default=0)
+        if usable < self.largest_free():
+            text += (f", of which at most {usable} lie within one {self.fair_share()}-slot share "
+                     "segment, which a pool may not cross")
+        return text
+
+
+def _cell_symbol(owners: list[str]) -> str:
+    """The symbol of the most slots in one map cell."""
+    counts = Counter(owners)
+    # Ties go to a job rather than to free space, so that a pool smaller than a cell still shows
+    # where it can; Counter keeps first-seen order and max() the first maximum, so among jobs the
+    # lower base wins.
+    return max(counts, key=lambda s: (counts[s], s != MAP_FREE_SYMBOL))

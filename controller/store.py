@@ -1,0 +1,390 @@
+"""The controller's durable job table, in one SQLite file.
+
+Whatever the controller writes into a switch for a job (pool, generation, counter row, multicast
+group, role) is recorded here first, so that a restarted controller knows which jobs exist and
+can reconcile each switch with them. Every method is one transaction: a failure leaves the file
+as it was. Several `JobStore` objects, in one process or several, may share a file; each sees
+the others' committed changes, and writers are serialised by SQLite's file lock.
+
+Invariants the store keeps per switch, because the pipeline depends on them:
+
+* generations are never handed out twice, even after the job holding one is gone and the
+  controller restarted (slot state from an earlier job must never look like the new job's);
+* live jobs have distinct counter rows (`stat_idx`), multicast groups, generations, and
+  non-overlapping slot ranges;
+* a job has at most one pool per switch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from passing import protocol as P
+
+SCHEMA_VERSION = 1
+# Multicast group 1 is the L2 flooding group, so jobs start at 2; the P4 field is 16 bits.
+FIRST_JOB_MCAST_GROUP = 2
+MAX_MCAST_GROUP = 2**16 - 1
+# gen is a 32-bit action parameter, and registers start at 0, which therefore must never be a
+# live job's generation.
+MAX_GENERATION = 2**32 - 1
+MAX_JOB_ID = 2**16 - 1  # job_id is 16 bits on the wire
+MAX_PORT = 2**9 - 1  # v1model ports are 9 bits
+# How long a writer waits for another JobStore's transaction before giving up.
+BUSY_TIMEOUT_S = 10.0
+
+_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE jobs (
+    job_id     INTEGER PRIMARY KEY,
+    spec       TEXT    NOT NULL,
+    created_at REAL    NOT NULL
+);
+CREATE TABLE pools (
+    job_id      INTEGER NOT NULL REFERENCES jobs (job_id) ON DELETE CASCADE,
+    position    INTEGER NOT NULL,
+    switch      TEXT    NOT NULL,
+    base        INTEGER NOT NULL,
+    size        INTEGER NOT NULL,
+    gen         INTEGER NOT NULL,
+    stat_idx    INTEGER NOT NULL,
+    mcast_grp   INTEGER NOT NULL,
+    fan_in      INTEGER NOT NULL,
+    is_root     INTEGER NOT NULL,
+    uplink_port INTEGER NOT NULL,
+    PRIMARY KEY (job_id, switch),
+    UNIQUE (switch, gen),
+    UNIQUE (switch, stat_idx),
+    UNIQUE (switch, mcast_grp)
+);
+CREATE TABLE generations (
+    switch   TEXT    PRIMARY KEY,
+    last_gen INTEGER NOT NULL
+);
+"""
+
+_POOL_COLUMNS = "switch, base, size, gen, stat_idx, mcast_grp, fan_in, is_root, uplink_port"
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """One job's resources on one switch, as written into its `job_config` entry."""
+
+    switch: str
+    base: int
+    size: int
+    gen: int
+    stat_idx: int
+    mcast_grp: int
+    fan_in: int
+    is_root: bool
+    uplink_port: int
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job: its description, as JSON-compatible data, and its pools (at most one per switch)."""
+
+    job_id: int
+    spec: dict
+    pools: tuple[PoolRecord, ...]
+    created_at: float
+
+
+class StoreError(Exception):
+    """The store refused an operation, or the file is not a job store it can read."""
+
+
+class JobStore:
+    """The job table in the SQLite file at `path` (created, with its schema, if missing)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        # Transactions are issued explicitly (isolation_level=None) so that each method decides
+        # where its transaction starts; the lock makes one object safe to share between threads.
+        self._lock = threading.RLock()
+        try:
+            self._db: sqlite3.Connection | None = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                check_same_thread=False)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open job store {self.path}: {e}") from e
+        try:
+            self._open()
+        except BaseException:
+            self._db.close()
+            self._db = None
+            raise
+
+    def _open(self) -> None:
+        db = self._conn()
+        try:
+            # WAL lets readers in other JobStores proceed while one writes; FULL makes every
+            # commit durable, which is the point of this store.
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA foreign_keys=ON")
+            with self._write() as db:
+                tables = {row[0] for row in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not tables:
+                    # Statement by statement: executescript() would commit the open transaction
+                    # first, and a second JobStore could then see a half-created schema.
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute("INSERT INTO schema_version (version) VALUES (?)",
+                               (SCHEMA_VERSION,))
+                    return
+                if "schema_version" not in tables:
+                    raise StoreError(f"{self.path} is an SQLite database but not a PASSING job "
+                                     "store (it has no schema_version table)")
+                versions = [row[0] for row in db.execute("SELECT version FROM schema_version")]
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot open job store {self.path}: {e}") from e
+        if versions != [SCHEMA_VERSION]:
+            found = versions[0] if len(versions) == 1 else f"unreadable ({versions!r})"
+            raise StoreError(f"job store {self.path} has schema version {found}; this controller "
+                             f"understands only version {SCHEMA_VERSION} (a newer controller "
+                             "wrote it, or it is damaged); use a matching controller or a fresh "
+                             "file")
+
+    def close(self) -> None:
+        """Close the file; later calls raise StoreError. Closing twice is harmless."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def next_generation(self, switch: str) -> int:
+        """A generation for a new job on `switch`: 1 first, then always larger than any before."""
+        with self._write() as db:
+            row = db.execute("SELECT last_gen FROM generations WHERE switch = ?",
+                             (switch,)).fetchone()
+            gen = 1 if row is None else row[0] + 1
+            if gen > MAX_GENERATION:
+                raise StoreError(f"switch {switch}: all {MAX_GENERATION} generations are used up")
+            db.execute("INSERT INTO generations (switch, last_gen) VALUES (?, ?) "
+                       "ON CONFLICT (switch) DO UPDATE SET last_gen = excluded.last_gen",
+                       (switch, gen))
+            return gen
+
+    def free_stat_idx(self, switch: str) -> int:
+        """The lowest counter row no live job uses on `switch`.
+
+        Nothing is reserved: two controllers asking at once get the same row, and add_job then
+        refuses the second of them.
+        """
+        with self._read() as db:
+            used = {row[0] for row in db.execute("SELECT stat_idx FROM pools WHERE switch = ?",
+                                                 (switch,))}
+        for idx in range(P.MAX_JOBS):
+            if idx not in used:
+                return idx
+        raise StoreError(f"switch {switch}: all {P.MAX_JOBS} counter rows (stat_idx) are used by "
+                         "live jobs")
+
+    def free_mcast_group(self, switch: str) -> int:
+        """The lowest multicast group id (from 2) no live job uses on `switch`; nothing reserved."""
+        with self._read() as db:
+            used = {row[0] for row in db.execute("SELECT mcast_grp FROM pools WHERE switch = ?",
+                                                 (switch,))}
+        for grp in range(FIRST_JOB_MCAST_GROUP, MAX_MCAST_GROUP + 1):
+            if grp not in used:
+                return grp
+        raise StoreError(f"switch {switch}: all multicast groups are used by live jobs")
+
+    def add_job(self, job: JobRecord) -> None:
+        """Record a new job and its pools, all or nothing."""
+        _check_job(job)
+        spec_text = _encode_spec(job)
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone():
+                raise StoreError(f"job {job.job_id} already exists")
+            for pool in job.pools:
+                self._check_free_on_switch(db, job.job_id, pool)
+            db.execute("INSERT INTO jobs (job_id, spec, created_at) VALUES (?, ?, ?)",
+                       (job.job_id, spec_text, job.created_at))
+            for position, pool in enumerate(job.pools):
+                db.execute(f"INSERT INTO pools (job_id, position, {_POOL_COLUMNS}) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (job.job_id, position, pool.switch, pool.base, pool.size, pool.gen,
+                            pool.stat_idx, pool.mcast_grp, pool.fan_in, int(pool.is_root),
+                            pool.uplink_port))
+                # A generation the caller chose itself still counts as handed out, so that
+                # next_generation never returns it again.
+                db.execute("INSERT INTO generations (switch, last_gen) VALUES (?, ?) "
+                           "ON CONFLICT (switch) DO UPDATE "
+                           "SET last_gen = max(last_gen, excluded.last_gen)",
+                           (pool.switch, pool.gen))
+
+    def remove_job(self, job_id: int) -> JobRecord:
+        """Forget a job and return what was recorded; its generations stay used."""
+        with self._write() as db:
+            job = _load_job(db, job_id)
+            if job is None:
+                raise StoreError(f"no job {job_id}")
+            db.execute("DELETE FROM pools WHERE job_id = ?", (job_id,))
+            db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+            return job
+
+    def get_job(self, job_id: int) -> JobRecord | None:
+        """The job, or None if there is none with this id."""
+        with self._read() as db:
+            return _load_job(db, job_id)
+
+    def jobs(self) -> list[JobRecord]:
+        """All jobs, by job_id."""
+        with self._read() as db:
+            ids = [row[0] for row in db.execute("SELECT job_id FROM jobs ORDER BY job_id")]
+            jobs = [_load_job(db, job_id) for job_id in ids]
+        return [job for job in jobs if job is not None]
+
+    def pools_on(self, switch: str) -> dict[int, PoolRecord]:
+        """job_id -> that job's pool on `switch`, by job_id."""
+        with self._read() as db:
+            rows = db.execute(f"SELECT job_id, {_POOL_COLUMNS} FROM pools WHERE switch = ? "
+                              "ORDER BY job_id", (switch,)).fetchall()
+        return {row[0]: _pool_from_row(row[1:]) for row in rows}
+
+    def _check_free_on_switch(self, db: sqlite3.Connection, job_id: int,
+                              pool: PoolRecord) -> None:
+        # The UNIQUE constraints would refuse these too, but without saying which job is in the
+        # way; slot overlap has no constraint at all.
+        where = f"job {job_id} on switch {pool.switch}"
+        for column, value in (("gen", pool.gen), ("stat_idx", pool.stat_idx),
+                              ("mcast_grp", pool.mcast_grp)):
+            row = db.execute(f"SELECT job_id FROM pools WHERE switch = ? AND {column} = ?",
+                             (pool.switch, value)).fetchone()
+            if row is not None:
+                raise StoreError(f"{where}: {column} {value} is already used by job {row[0]}")
+        row = db.execute("SELECT job_id, base, size FROM pools WHERE switch = ? "
+                         "AND base < ? AND ? < base + size",
+                         (pool.switch, pool.base + pool.size, pool.base)).fetchone()
+        if row is not None:
+            raise StoreError(f"{where}: slots {_slots(pool.base, pool.size)} overlap job "
+                             f"{row[0]}'s slots {_slots(row[1], row[2])}")
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError(f"job store {self.path} is closed")
+        return self._db
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE takes the write lock before the first read, so a read-then-write (such as
+        # next_generation) cannot interleave with another JobStore's.
+        with self._transaction("BEGIN IMMEDIATE") as db:
+            yield db
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        # One read transaction gives a consistent snapshot across the several SELECTs of a job.
+        with self._transaction("BEGIN") as db:
+            yield db
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            db = self._conn()
+            try:
+                db.execute(begin)
+            except sqlite3.Error as e:
+                raise StoreError(f"job store {self.path}: cannot start a transaction: {e}") from e
+            try:
+                yield db
+            except BaseException as e:
+                # SQLite has already rolled back by itself after some errors (a full disk, say).
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error):
+                    raise StoreError(f"job store {self.path}: {e}") from e
+                raise
+            else:
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.Error as e:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise StoreError(f"job store {self.path}: commit failed: {e}") from e
+
+
+def _check_job(job: JobRecord) -> None:
+    """Refuse records that could not be written into the pipeline as they are."""
+    if not 0 <= job.job_id <= MAX_JOB_ID:
+        raise StoreError(f"job {job.job_id}: job_id must be in 0..{MAX_JOB_ID}")
+    switches = [pool.switch for pool in job.pools]
+    repeated = sorted({s for s in switches if switches.count(s) > 1})
+    if repeated:
+        raise StoreError(f"job {job.job_id} has more than one pool on switch {repeated[0]}")
+    for pool in job.pools:
+        where = f"job {job.job_id} on switch {pool.switch}"
+        checks: list[tuple[bool, str]] = [
+            (pool.size >= 1 and pool.base >= 0 and pool.base + pool.size <= P.SLOT_CAPACITY,
+             f"slots {_slots(pool.base, pool.size)} must be a non-empty range within "
+             f"0..{P.SLOT_CAPACITY - 1}"),
+            (1 <= pool.gen <= MAX_GENERATION, f"gen {pool.gen} must be in 1..{MAX_GENERATION}"),
+            (0 <= pool.stat_idx < P.MAX_JOBS,
+             f"stat_idx {pool.stat_idx} must be in 0..{P.MAX_JOBS - 1}"),
+            (FIRST_JOB_MCAST_GROUP <= pool.mcast_grp <= MAX_MCAST_GROUP,
+             f"mcast_grp {pool.mcast_grp} must be in {FIRST_JOB_MCAST_GROUP}..{MAX_MCAST_GROUP} "
+             "(group 1 is L2 flooding)"),
+            (1 <= pool.fan_in <= P.MAX_FAN_IN, f"fan_in {pool.fan_in} must be in "
+             f"1..{P.MAX_FAN_IN}"),
+            (0 <= pool.uplink_port <= MAX_PORT,
+             f"uplink_port {pool.uplink_port} must be in 0..{MAX_PORT}"),
+            (not pool.is_root or pool.uplink_port == 0,
+             f"a root has no uplink, but uplink_port is {pool.uplink_port}"),
+        ]
+        for ok, problem in checks:
+            if not ok:
+                raise StoreError(f"{where}: {problem}")
+
+
+def _encode_spec(job: JobRecord) -> str:
+    # A spec that JSON would change (tuples, non-string keys, NaN) would come back different after
+    # a restart; better to refuse it now than to reconcile against something else later.
+    try:
+        text = json.dumps(job.spec, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"job {job.job_id}: spec is not JSON data: {e}") from e
+    if not isinstance(job.spec, dict) or json.loads(text) != job.spec:
+        raise StoreError(f"job {job.job_id}: spec must be a dict that survives a JSON round trip "
+                         "unchanged (use lists, not tuples, and string keys)")
+    return text
+
+
+def _load_job(db: sqlite3.Connection, job_id: int) -> JobRecord | None:
+    row = db.execute("SELECT spec, created_at FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+    if row is None:
+        return None
+    spec_text, created_at = row
+    pools = db.execute(f"SELECT {_POOL_COLUMNS} FROM pools WHERE job_id = ? ORDER BY position",
+                       (job_id,)).fetchall()
+    spec: Any = json.loads(spec_text)
+    return JobRecord(job_id=job_id, spec=spec, pools=tuple(_pool_from_row(p) for p in pools),
+                     created_at=created_at)
+
+
+def _pool_from_row(row: tuple[Any, ...]) -> PoolRecord:
+    switch, base, size, gen, stat_idx, mcast_grp, fan_in, is_root, uplink_port = row
+    return PoolRecord(switch=switch, base=base, size=size, gen=gen, stat_idx=stat_idx,
+                      mcast_grp=mcast_grp, fan_in=fan_in, is_root=bool(is_root),
+                      uplink_port=uplink_port)
+
+
+def _slots(base: int, size: int) -> str:
+    return f"{base}-{base + size - 1} ({size})"

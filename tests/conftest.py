@@ -1,0 +1,79 @@
+"""Fixtures shared by the tests that run switches: the `target` parameter (`model` always, `bmv2`
+when p4c and BMv2 are installed, skipped with the reason otherwise) and a cache of switch
+fabrics, started once per target and layout, reset before each test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from passing.pipeline_files import REPO as ROOT
+from testbed.fabric import Fabric
+
+TARGETS = ["model", "bmv2"]
+
+# layout name -> (switches with their port counts, switch-to-switch links)
+LAYOUTS = {
+    "star": ({"s1": 5}, []),
+    "two_level": ({"tor1": 3, "tor2": 3, "spine": 3},
+                  [(("tor1", 3), ("spine", 1)), (("tor2", 3), ("spine", 2))]),
+}
+
+
+def skip_reason(target: str) -> str | None:
+    if os.geteuid() != 0:
+        return "data-plane tests need root (veth interfaces, raw sockets)"
+    if target == "bmv2":
+        missing = [b for b in ("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
+                   if shutil.which(b) is None]
+        if missing:
+            return (f"BMv2 target: {', '.join(missing)} not on PATH (p4c/BMv2 come from no "
+                    "package registry; see README, 'The P4 toolchain')")
+    return None
+
+
+@pytest.fixture(scope="session")
+def built_pipeline() -> None:
+    subprocess.run(["make", "-s", "build"], cwd=ROOT, check=True)
+
+
+@pytest.fixture(params=TARGETS)
+def target(request) -> str:
+    reason = skip_reason(request.param)
+    if reason:
+        pytest.skip(reason)
+    if request.param == "bmv2":
+        request.getfixturevalue("built_pipeline")
+    return request.param
+
+
+# Switch processes are started once per target and layout; each test gets them reset (pipeline
+# pushed again: tables, counters, registers empty), which is what a fresh start gives, faster.
+_fabrics: dict[tuple[str, str], Fabric] = {}
+
+
+@pytest.fixture(scope="session")
+def _fabric_cache(tmp_path_factory):
+    yield _fabrics
+    for fabric in _fabrics.values():
+        fabric.close()
+    _fabrics.clear()
+
+
+@pytest.fixture
+def fabric_of(target, _fabric_cache, tmp_path_factory):
+    """fabric_of(layout) -> a reset Fabric of that layout on the current target."""
+    def get(layout: str) -> Fabric:
+        key = (layout, target)
+        if key not in _fabric_cache:
+            switches, links = LAYOUTS[layout]
+            logs = tmp_path_factory.mktemp("switch-logs") \
+                if os.environ.get("PASSING_SWITCH_LOGS") else None
+            _fabric_cache[key] = Fabric(target, switches, links, log_dir=logs)
+        fabric = _fabric_cache[key]
+        fabric.reset()
+        return fabric
+    return get

@@ -1,0 +1,302 @@
+"""The durable job table: round trips, restarts, per-switch uniqueness, atomicity, sharing."""
+
+import dataclasses
+import sqlite3
+import threading
+
+import pytest
+
+from controller.store import JobRecord, JobStore, PoolRecord, StoreError
+from passing import protocol as P
+
+
+def pool(switch: str = "tor1", **fields) -> PoolRecord:
+    values = dict(base=0, size=64, gen=1, stat_idx=0, mcast_grp=2, fan_in=4, is_root=False,
+                  uplink_port=5)
+    values.update(fields)
+    return PoolRecord(switch=switch, **values)
+
+
+def job(job_id: int = 7, *pools: PoolRecord, spec: dict | None = None) -> JobRecord:
+    return JobRecord(job_id=job_id,
+                     spec=spec if spec is not None else {"hosts": {"tor1": ["h1", "h2"]}},
+                     pools=pools or (pool(),), created_at=1_700_000_000.125)
+
+
+def two_level_job(job_id: int = 7) -> JobRecord:
+    return job(job_id,
+               pool("spine", base=512, size=128, gen=3, stat_idx=1, mcast_grp=4, fan_in=2,
+                    is_root=True, uplink_port=0),
+               pool("tor1", base=0, size=128, gen=1, stat_idx=0, mcast_grp=2, fan_in=3,
+                    uplink_port=9),
+               spec={"hosts": {"tor1": ["h1", "h2", "h3"], "tor2": ["h4"]}, "window": 16,
+                     "K": P.K, "scale": {"exp_bias": 130, "clip": 1.5}, "note": None})
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "jobs.sqlite"
+
+
+@pytest.fixture
+def store(path):
+    s = JobStore(path)
+    yield s
+    s.close()
+
+
+def test_round_trip_of_a_job_with_two_pools(store):
+    j = two_level_job()
+    store.add_job(j)
+    assert store.get_job(7) == j
+    assert store.get_job(7).pools[0].is_root is True  # a bool again, not SQLite's 1
+    assert store.jobs() == [j]
+    assert store.pools_on("tor1") == {7: j.pools[1]}
+    assert store.pools_on("spine") == {7: j.pools[0]}
+    assert store.pools_on("tor2") == {}
+    assert store.get_job(8) is None
+
+
+def test_file_is_in_wal_mode(store, path):
+    store.add_job(job())
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_restart_keeps_everything(path):
+    first = JobStore(path)
+    jobs = [two_level_job(7), job(3, pool("tor2", gen=2, stat_idx=5, mcast_grp=9))]
+    for j in jobs:
+        first.add_job(j)
+    assert first.next_generation("tor2") == 3
+    first.close()
+
+    again = JobStore(path)
+    assert again.jobs() == sorted(jobs, key=lambda j: j.job_id)
+    assert again.pools_on("tor2") == {3: jobs[1].pools[0]}
+    assert again.next_generation("tor2") == 4
+    again.close()
+
+
+def test_generations_are_monotonic_and_never_reused(path):
+    s = JobStore(path)
+    assert [s.next_generation("tor1") for _ in range(3)] == [1, 2, 3]
+    assert s.next_generation("spine") == 1
+    s.add_job(job(7, pool("tor1", gen=3)))
+    s.remove_job(7)
+    s.close()
+
+    s = JobStore(path)
+    assert s.next_generation("tor1") == 4
+    # A generation the caller picked itself is taken into account as well.
+    s.add_job(job(8, pool("tor1", gen=40)))
+    s.close()
+    s = JobStore(path)
+    assert s.next_generation("tor1") == 41
+    assert s.next_generation("spine") == 2
+    s.close()
+
+
+def test_stat_idx_and_mcast_group_are_lowest_free_and_reused_after_remove(store):
+    assert store.free_stat_idx("tor1") == 0
+    assert store.free_mcast_group("tor1") == 2
+    store.add_job(job(1, pool(gen=1, stat_idx=0, mcast_grp=2, base=0)))
+    store.add_job(job(2, pool(gen=2, stat_idx=1, mcast_grp=3, base=64)))
+    store.add_job(job(3, pool(gen=3, stat_idx=2, mcast_grp=4, base=128)))
+    assert (store.free_stat_idx("tor1"), store.free_mcast_group("tor1")) == (3, 5)
+    store.remove_job(2)
+    assert (store.free_stat_idx("tor1"), store.free_mcast_group("tor1")) == (1, 3)
+    # Other switches are independent.
+    assert (store.free_stat_idx("tor2"), store.free_mcast_group("tor2")) == (0, 2)
+    store.add_job(job(4, pool(gen=4, stat_idx=1, mcast_grp=3, base=64)))
+    assert store.free_stat_idx("tor1") == 3
+
+
+def test_all_counter_rows_used(store):
+    for i in range(P.MAX_JOBS):
+        store.add_job(job(i, pool(gen=i + 1, stat_idx=i, mcast_grp=i + 2, base=i, size=1)))
+    with pytest.raises(StoreError, match=r"switch tor1: all 256 counter rows \(stat_idx\) are "
+                                         "used by live jobs"):
+        store.free_stat_idx("tor1")
+    assert store.free_mcast_group("tor1") == P.MAX_JOBS + 2
+
+
+def test_duplicate_id_leaves_store_intact(store):
+    original = two_level_job(7)
+    store.add_job(original)
+    gen_before = store.next_generation("tor9")
+    duplicate = job(7, pool("tor9", gen=500, stat_idx=9, mcast_grp=99), spec={"other": 1})
+    with pytest.raises(StoreError) as e:
+        store.add_job(duplicate)
+    assert str(e.value) == "job 7 already exists"
+    assert store.jobs() == [original]
+    assert store.pools_on("tor9") == {}
+    assert store.next_generation("tor9") == gen_before + 1  # gen 500 was not recorded
+
+
+def test_failure_in_the_middle_of_add_rolls_back(store, monkeypatch):
+    store.add_job(job(1, pool("spine", stat_idx=3, mcast_grp=2, gen=1)))
+    # Skip the friendly checks so that the second pool fails on the UNIQUE constraint after the
+    # job row and the first pool have been written.
+    monkeypatch.setattr(JobStore, "_check_free_on_switch", lambda *args: None)
+    clash = job(2, pool("tor1", gen=7, stat_idx=0, mcast_grp=2),
+                pool("spine", gen=8, stat_idx=3, mcast_grp=5, base=100))
+    with pytest.raises(StoreError, match="UNIQUE constraint failed"):
+        store.add_job(clash)
+    assert store.get_job(2) is None
+    assert store.pools_on("tor1") == {}
+    assert store.next_generation("tor1") == 1
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(gen=1, base=100), "job 8 on switch tor1: gen 1 is already used by job 7"),
+    (dict(stat_idx=0, base=100), "job 8 on switch tor1: stat_idx 0 is already used by job 7"),
+    (dict(mcast_grp=2, base=100), "job 8 on switch tor1: mcast_grp 2 is already used by job 7"),
+    (dict(base=63, size=10), "job 8 on switch tor1: slots 63-72 (10) overlap job 7's slots "
+                             "0-63 (64)"),
+])
+def test_collision_with_a_live_job_on_the_same_switch(store, fields, message):
+    store.add_job(job(7, pool()))
+    values = dict(gen=2, stat_idx=1, mcast_grp=3, base=64)
+    values.update(fields)
+    with pytest.raises(StoreError) as e:
+        store.add_job(job(8, pool(**values)))
+    assert str(e.value) == message
+    assert [j.job_id for j in store.jobs()] == [7]
+    # The same values on another switch are fine.
+    store.add_job(job(8, pool("tor2", **values)))
+
+
+@pytest.mark.parametrize("fields, problem", [
+    (dict(size=0), "slots 0--1 (0) must be a non-empty range within 0..4095"),
+    (dict(base=4090, size=7), "slots 4090-4096 (7) must be a non-empty range within 0..4095"),
+    (dict(gen=0), "gen 0 must be in 1..4294967295"),
+    (dict(stat_idx=256), "stat_idx 256 must be in 0..255"),
+    (dict(mcast_grp=1), "mcast_grp 1 must be in 2..65535 (group 1 is L2 flooding)"),
+    (dict(fan_in=33), "fan_in 33 must be in 1..32"),
+    (dict(uplink_port=512), "uplink_port 512 must be in 0..511"),
+    (dict(is_root=True, uplink_port=3), "a root has no uplink, but uplink_port is 3"),
+])
+def test_invalid_pools_are_refused(store, fields, problem):
+    with pytest.raises(StoreError) as e:
+        store.add_job(job(7, pool(**fields)))
+    assert str(e.value) == f"job 7 on switch tor1: {problem}"
+    assert store.jobs() == []
+
+
+def test_one_pool_per_switch_and_job_id_range(store):
+    with pytest.raises(StoreError, match="job 7 has more than one pool on switch tor1"):
+        store.add_job(job(7, pool(), pool(base=100, gen=2, stat_idx=1, mcast_grp=3)))
+    with pytest.raises(StoreError, match=r"job 65536: job_id must be in 0..65535"):
+        store.add_job(job(65536))
+    assert store.jobs() == []
+
+
+@pytest.mark.parametrize("spec", [
+    {"hosts": ("h1", "h2")},  # would come back as a list
+    {1: "rack"},  # would come back with the key "1"
+    {"window": float("nan")},
+    {"hosts": {"h1"}},
+])
+def test_spec_must_survive_json(store, spec):
+    with pytest.raises(StoreError, match="job 7: spec"):
+        store.add_job(job(7, spec=spec))
+    assert store.jobs() == []
+
+
+def test_remove_returns_the_record(store):
+    j = two_level_job(7)
+    store.add_job(j)
+    assert store.remove_job(7) == j
+    assert store.get_job(7) is None
+    assert store.pools_on("tor1") == {}
+    with pytest.raises(StoreError) as e:
+        store.remove_job(7)
+    assert str(e.value) == "no job 7"
+
+
+def test_jobs_are_sorted_by_id(store):
+    for job_id, base in ((9, 0), (2, 64), (5, 128)):
+        store.add_job(job(job_id, pool(base=base, gen=job_id, stat_idx=job_id,
+                                       mcast_grp=job_id + 2)))
+    assert [j.job_id for j in store.jobs()] == [2, 5, 9]
+    assert list(store.pools_on("tor1")) == [2, 5, 9]
+
+
+def test_unknown_schema_version_is_refused(path):
+    JobStore(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE schema_version SET version = 2")
+    raw.close()
+    with pytest.raises(StoreError, match=r"has schema version 2; this controller understands "
+                                         r"only version 1"):
+        JobStore(path)
+
+
+def test_foreign_files_are_refused(tmp_path):
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as raw:
+        raw.execute("CREATE TABLE t (x)")
+    raw.close()
+    with pytest.raises(StoreError, match="not a PASSING job store"):
+        JobStore(other)
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"definitely not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot open job store"):
+        JobStore(garbage)
+
+
+def test_closed_store_refuses_use(path):
+    with JobStore(path) as s:
+        s.add_job(job())
+    with pytest.raises(StoreError, match="is closed"):
+        s.jobs()
+    s.close()  # closing again is harmless
+
+
+def test_two_stores_on_one_file_see_each_others_commits(path):
+    a, b = JobStore(path), JobStore(path)
+    try:
+        a.add_job(two_level_job(7))
+        assert b.get_job(7) == two_level_job(7)
+        assert b.free_stat_idx("tor1") == 1
+        assert [a.next_generation("tor1"), b.next_generation("tor1"),
+                a.next_generation("tor1")] == [2, 3, 4]
+        b.add_job(job(8, pool("tor1", base=200, gen=4, stat_idx=1, mcast_grp=3)))
+        with pytest.raises(StoreError, match="stat_idx 1 is already used by job 8"):
+            a.add_job(job(9, pool("tor1", base=300, gen=5, stat_idx=1, mcast_grp=4)))
+        b.remove_job(7)
+        assert a.get_job(7) is None
+        assert [j.job_id for j in a.jobs()] == [8]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_generations_are_unique_under_concurrent_writers(path):
+    # The stores also race to create the schema of the new file.
+    results: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker():
+        try:
+            with JobStore(path) as s:
+                gens = [s.next_generation("tor1") for _ in range(20)]
+            with lock:
+                results.extend(gens)
+        except BaseException as e:  # reported below; a thread cannot fail the test itself
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(results) == list(range(1, 161))
+
+
+def test_records_are_immutable():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pool().gen = 5  # type: ignore[misc]
