@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from controller.core import Controller, ControllerError, Endpoint, SwitchUnreachable
+from controller.core import Controller, ControllerError, Endpoint, SwitchFailure
 from controller.jobs import JobError, JobSpec
 from controller.store import StoreError
 from controller.switch import SwitchError
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result, text = run(args)
-    except SwitchUnreachable as e:
+    except SwitchFailure as e:
         print(f"passing-ctl: {e}", file=sys.stderr)
         return EXIT_SWITCH
     except (ControllerError, JobError, TopologyError, StoreError) as e:

@@ -30,7 +30,11 @@ class ControllerError(RuntimeError):
     """An operation that could not be done; the message is meant for the operator."""
 
 
-class SwitchUnreachable(ControllerError):
+class SwitchFailure(ControllerError):
+    """A switch could not be reached or refused what it was told."""
+
+
+class SwitchUnreachable(SwitchFailure):
     """No P4Runtime session with a switch, after the retries."""
 
 
@@ -86,6 +90,7 @@ class Controller:
                 dump = self.dump_dir / f"{name}-p4runtime.log" if self.dump_dir else None
                 c = SwitchConnection(name, ep.address, ep.device_id, self.election_id, dump,
                                      self.connect_timeout)
+                c.fetch_pipeline()  # names and ids of what it runs, if it runs anything
                 self._conns[name] = c
                 return c
             except SwitchError as e:
@@ -225,8 +230,8 @@ class Controller:
                 except (SwitchError, ControllerError):
                     pass  # reported by the next reconcile as stray
             self.store.remove_job(spec.job_id)
-            raise ControllerError(f"job {spec.job_id} not created, nothing left installed: {e}") \
-                from None
+            cls = ControllerError if type(e) is ControllerError else SwitchFailure
+            raise cls(f"job {spec.job_id} not created, nothing left installed: {e}") from None
         return record
 
     def prepare_if_needed(self, name: str) -> None:
@@ -265,7 +270,7 @@ class Controller:
             try:
                 installer.remove(self.conn(pool.switch), self._desired(job_plan, pool))
             except SwitchError as e:
-                raise ControllerError(f"job {job_id} kept: {e}; fix the switch and repeat") \
+                raise SwitchFailure(f"job {job_id} kept: {e}; fix the switch and repeat") \
                     from None
         return self.store.remove_job(job_id)
 
@@ -314,6 +319,15 @@ class Controller:
             try:
                 if fix:
                     entry["pipeline"] = [self.prepare(name)]
+                else:
+                    state = self.pipeline_state(name)
+                    entry["pipeline"] = [state]
+                    if state != "ours":
+                        entry["repaired"] += [f"pipeline: {state} (not fixed)"]
+                        entry["repaired"] += [f"job {jid}: everything missing (not fixed)"
+                                              for jid in wanted[name]]
+                        report[name] = entry
+                        continue
                 snap = installer.SwitchSnapshot.read(self.conn(name))
                 for jid, d in wanted[name].items():
                     diff = installer.differences(snap, d)

@@ -23,6 +23,7 @@ from controller.switch import SwitchConnection
 from passing.pipeline_files import pipeline_files
 
 ETH_P_ALL = 0x0003
+FABRIC_ELECTION_ID = (0, 5)
 PACKET_OUTGOING = 4
 
 
@@ -148,8 +149,11 @@ class Fabric:
                 sw.proc = self._start(sw)
                 sw.test_ports = {p: TestPort(ifn) for p, ifn in exposed.items()}
             for sw in self.switches.values():
+                # Below the controller's default (0, 10): a controller under test becomes
+                # primary, this connection a backup that still reads, and primary again when
+                # the controller leaves.
                 sw.conn = SwitchConnection(sw.name, sw.grpc_address, sw.device_id,
-                                           connect_timeout=20)
+                                           election_id=FABRIC_ELECTION_ID, connect_timeout=20)
                 sw.conn.set_pipeline(*pipeline_files())
         except BaseException:
             self.close()

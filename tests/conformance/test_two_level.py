@@ -3,6 +3,8 @@ the spine multicasts the total to the ToRs, and each ToR multicasts it to its ho
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,13 @@ def job(two_level):
     install_job(f["spine"].conn, SPINE, JOB, members={}, member_switches={1: TOR1, 2: TOR2},
                 pool_size=8)
     return f
+
+
+def wait_for(condition, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
 
 
 def send_round(f, vals, slot=2, version=0):
@@ -83,6 +92,8 @@ def test_rack_waiting_for_spine_resends_its_sum_up(job):
     ones = np.ones(P.K, dtype=np.int64)
     for h in (1, 2):
         f["tor1"].test_ports[h].send(contribution(0, h, ones, job_id=JOB, slot=1))
+    # Ports are served independently: the retransmission must follow the rack's completion.
+    wait_for(lambda: StatsCounters(f["tor1"].conn).job(0)["job_uplink"] == 1)
     f["tor1"].test_ports[1].send(contribution(0, 1, ones, job_id=JOB, slot=1,
                                               flags=P.Flag.CONTRIB | P.Flag.RETRANS))
     f["tor2"].test_ports[1].send(contribution(1, 1, ones * 10, job_id=JOB, slot=1))

@@ -1,0 +1,131 @@
+"""passing-ctl: every subcommand explains itself, works with --json, and every user error prints
+one clear line and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from controller.cli import build_parser, main
+from passing.pipeline_files import REPO
+
+SUBCOMMANDS = [["switches"], ["prepare"], ["job"], ["job", "create"], ["job", "delete"],
+               ["job", "list"], ["job", "show"], ["slots"], ["stats"], ["reconcile"]]
+
+
+@pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=" ".join)
+def test_every_subcommand_has_help(cmd, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*cmd, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: passing-ctl" in out
+    if cmd != ["job"]:
+        assert "example:" in out and "passing-ctl" in out.split("example:")[1]
+
+
+def write_config(tmp_path, fabric, topo="star") -> str:
+    names = {"star": ["s1"], "leafspine": ["tor1", "tor2", "spine"]}[topo]
+    cfg = {"topology": str(REPO / "topologies" / f"{topo}.json"), "state": "state.sqlite",
+           "switches": {n: {"address": fabric[n].grpc_address, "device_id": fabric[n].device_id}
+                        for n in names}}
+    path = tmp_path / "controller.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def ctl(capsys, config, *args) -> tuple[int, str, str]:
+    code = main(["--config", config, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_operator_session(fabric_of, tmp_path, capsys):
+    fabric = fabric_of("star")
+    cfg = write_config(tmp_path, fabric)
+    code, out, _ = ctl(capsys, cfg, "switches")
+    assert code == 0 and "s1" in out and "pipeline loaded" in out
+    code, out, _ = ctl(capsys, cfg, "job", "create", "7", "--hosts", "h1,h2", "--window",
+                       "32", "--json", "--params-out", str(tmp_path / "job7.json"))
+    assert code == 0
+    res = json.loads(out)
+    assert res["pools"][0]["size"] == 32 and res["agent_params"]["hosts"]["h2"][
+        "contributor"] == 1
+    assert json.loads((tmp_path / "job7.json").read_text())["job_id"] == 7
+    code, out, _ = ctl(capsys, cfg, "job", "list")
+    assert code == 0 and "h1,h2" in out
+    code, out, _ = ctl(capsys, cfg, "slots", "--json")
+    assert json.loads(out)["s1"]["used"] == 32
+    code, out, _ = ctl(capsys, cfg, "slots")
+    assert "32/4096 slots used" in out
+    code, out, _ = ctl(capsys, cfg, "stats", "7", "--json")
+    assert json.loads(out)["7"]["s1"]["job_contributions"] == 0
+    code, out, _ = ctl(capsys, cfg, "job", "show", "7")
+    assert code == 0 and "agent parameters" in out
+    code, out, _ = ctl(capsys, cfg, "reconcile")
+    assert code == 0 and "STRAY" not in out
+
+    # User errors: one line on stderr, exit 3.
+    for args, message in [
+        (["job", "create", "7", "--hosts", "h3", "--window", "4"], "job 7 already exists"),
+        (["job", "create", "8", "--hosts", "h1,h9", "--window", "4"], "not in topology"),
+        (["job", "create", "8", "--hosts", "h1", "--window", "5000"], "share"),
+        (["job", "create", "0", "--hosts", "h1", "--window", "4"], "job id 0 outside"),
+        (["job", "delete", "9"], "no job 9"),
+        (["job", "show", "9"], "no job 9"),
+        (["stats", "9"], "no job 9"),
+    ]:
+        code, out, err = ctl(capsys, cfg, *args)
+        assert code == 3, args
+        assert message in err and "Traceback" not in err, (args, err)
+        assert err.count("\n") == 1
+    code, out, _ = ctl(capsys, cfg, "job", "delete", "7")
+    assert code == 0 and "slots freed: s1 0-31" in out
+    code, out, _ = ctl(capsys, cfg, "job", "list", "--json")
+    assert json.loads(out) == []
+
+
+def test_unreachable_switch_exit_code(tmp_path, capsys):
+    cfg = {"topology": str(REPO / "topologies" / "star.json"), "state": "s.sqlite",
+           "switches": {"s1": {"address": "127.0.0.1:1", "device_id": 0}}}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    code, _, err = ctl(capsys, str(path), "--timeout", "0.2", "--retries", "1", "job", "list")
+    assert code == 0  # listing needs no switch
+    code = main(["--config", str(path), "--timeout", "0.2", "--retries", "1",
+                 "job", "create", "1", "--all-hosts", "--window", "4"])
+    err = capsys.readouterr().err
+    assert code == 4 and "no P4Runtime server at 127.0.0.1:1" in err
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "no such configuration file"),
+    ("{", "not valid JSON"),
+    ('{"topology": "x.json"}', 'missing "state"'),
+    ('{"topology": "nope.json", "state": "s", "switches": {}}', "no such topology file"),
+])
+def test_bad_configuration(tmp_path, capsys, content, message):
+    path = tmp_path / "c.json"
+    if content is not None:
+        path.write_text(content)
+    code = main(["--config", str(path), "job", "list"])
+    assert code == 3 and message in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys):
+    for argv in (["job", "create", "1", "--window", "4"], ["frobnicate"], ["stats", "x"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    assert build_parser().prog == "passing-ctl"
+
+
+def test_no_traceback_from_the_real_command(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "controller.cli", "--config",
+                          str(tmp_path / "missing.json"), "job", "list"],
+                         capture_output=True, text=True)
+    assert res.returncode == 3
+    assert res.stderr.startswith("passing-ctl: ") and "Traceback" not in res.stderr

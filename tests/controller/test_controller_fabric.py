@@ -1,0 +1,189 @@
+"""The controller against live switches (the model always, BMv2 when installed) over gRPC:
+forwarding, jobs in one rack and across racks, many jobs, rollback, restart and reconcile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.l2 import Ether
+
+from controller.core import Controller, ControllerError, Endpoint
+from controller.jobs import JobSpec
+from controller.switch import Update
+from controller.tables.admission import AdmissionTables, JobConfig
+from controller.topology import load
+from passing import packet
+from passing import protocol as P
+from passing.pipeline_files import REPO
+from passing.scapy_layer import Passing  # noqa: F401  (decodes results)
+
+LAYOUT_OF = {"star": "star", "leafspine": "two_level"}
+
+
+@pytest.fixture
+def make_controller(fabric_of, tmp_path):
+    made = []
+
+    def make(topo_name: str, state=None, fabric=None, **kw) -> tuple[Controller, object]:
+        topo = load(REPO / "topologies" / f"{topo_name}.json")
+        fabric = fabric or fabric_of(LAYOUT_OF[topo_name])
+        endpoints = {n: Endpoint(n, fabric[n].grpc_address, fabric[n].device_id)
+                     for n in topo.switches}
+        ctl = Controller(topo, endpoints, state or tmp_path / "state.sqlite", **kw)
+        made.append(ctl)
+        return ctl, fabric
+    yield make
+    for ctl in made:
+        ctl.close()
+
+
+def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0) -> bytes:
+    params = ctl.agent_params(job_id)
+    hp = params["hosts"][host]
+    h = ctl.topo.hosts[host]
+    payload = packet.pack(np.asarray(values), job_id=job_id, slot=slot, version=version,
+                          contributor=hp["contributor"], flags=int(P.Flag.CONTRIB),
+                          num_contrib=h.gpus)
+    return bytes(Ether(src=h.mac, dst=hp["switch_mac"]) / IP(src=h.ip, dst=hp["switch_ip"])
+                 / UDP(sport=params["agent_port"], dport=P.PASSING_UDP_PORT) / payload)
+
+
+def port_of(ctl: Controller, fabric, host: str):
+    h = ctl.topo.hosts[host]
+    return fabric[h.rack].test_ports[h.port]
+
+
+def allreduce(ctl, fabric, job_id, hosts, slot=0, version=0, seed=0):
+    rng = np.random.default_rng(seed)
+    vals = {h: rng.integers(-(2**20), 2**20, size=P.K) for h in hosts}
+    for h in hosts:
+        port_of(ctl, fabric, h).send(contribution(ctl, job_id, h, vals[h], slot, version))
+    expected = np.sum(list(vals.values()), axis=0).astype(np.int32)
+    params = ctl.agent_params(job_id)
+    for h in hosts:
+        frames = port_of(ctl, fabric, h).recv(1, 3)
+        assert frames, f"{h}: no result"
+        pkt = Ether(frames[0])
+        assert pkt[IP].dst == ctl.topo.hosts[h].ip and pkt[UDP].dport == params["agent_port"]
+        rec = packet.unpack(bytes(pkt[UDP].payload))
+        assert np.array_equal(rec["values"], expected), h
+        assert rec["num_contrib"] == sum(ctl.topo.hosts[x].gpus for x in hosts)
+
+
+def test_prepare_keeps_a_loaded_pipeline_and_installs_forwarding(make_controller):
+    ctl, fabric = make_controller("star")
+    assert ctl.prepare("s1") == "kept"
+    assert ctl.prepare("s1") == "kept"  # safe to repeat
+    h1, h3 = ctl.topo.hosts["h1"], ctl.topo.hosts["h3"]
+    ping = bytes(Ether(src=h1.mac, dst=h3.mac) / IP(src=h1.ip, dst=h3.ip) / ICMP())
+    port_of(ctl, fabric, "h1").send(ping)
+    assert port_of(ctl, fabric, "h3").recv(1, 2) == [ping]
+    assert [r["pipeline"] for r in ctl.switch_status()] == ["ours"]
+
+
+def test_job_on_one_switch_sums_all_hosts(make_controller):
+    ctl, fabric = make_controller("star")
+    rec = ctl.create_job(JobSpec(1, ("h1", "h2", "h3", "h4"), window=16))
+    assert [(p.switch, p.size, p.fan_in, p.is_root) for p in rec.pools] == [("s1", 16, 4, True)]
+    allreduce(ctl, fabric, 1, ["h1", "h2", "h3", "h4"])
+    stats = ctl.stats(1)["s1"]
+    assert stats["job_contributions"] == 4 and stats["job_results"] == 1
+
+
+def test_job_spanning_racks_gets_pools_on_both_tors_and_the_spine(make_controller):
+    ctl, fabric = make_controller("leafspine")
+    rec = ctl.create_job(JobSpec(2, ("h1", "h2", "h3", "h4"), window=8))
+    pools = {p.switch: p for p in rec.pools}
+    assert set(pools) == {"tor1", "tor2", "spine"}
+    assert (pools["tor1"].fan_in, pools["tor1"].is_root, pools["tor1"].uplink_port) == (2, False, 3)
+    assert (pools["spine"].fan_in, pools["spine"].is_root) == (2, True)
+    assert len({p.size for p in pools.values()}) == 1
+    allreduce(ctl, fabric, 2, ["h1", "h2", "h3", "h4"], slot=5, version=1)
+    # A job inside one rack of the same fabric uses its ToR alone, as root.
+    rec = ctl.create_job(JobSpec(3, ("h3", "h4"), window=8))
+    assert [(p.switch, p.is_root) for p in rec.pools] == [("tor2", True)]
+    allreduce(ctl, fabric, 3, ["h3", "h4"], seed=3)
+
+
+def test_many_jobs_never_overlap_and_deleting_frees(make_controller):
+    ctl, fabric = make_controller("star")
+    rng = np.random.default_rng(7)
+    live = {}
+    for jid in range(1, 30):
+        if len(live) == 8 or (live and rng.random() < 0.35):
+            victim = int(rng.choice(sorted(live)))
+            ctl.delete_job(victim)
+            del live[victim]
+        hosts = tuple(sorted(rng.choice(["h1", "h2", "h3", "h4"], size=2, replace=False)))
+        live[jid] = ctl.create_job(JobSpec(jid, hosts, window=int(rng.integers(1, 513))))
+        on_switch = AdmissionTables(fabric["s1"].conn).jobs()
+        assert set(on_switch) == set(live)
+        spans = sorted((c.pool_base, c.pool_base + c.pool_size) for c in on_switch.values())
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert len({c.gen for c in on_switch.values()}) == len(on_switch)
+    with pytest.raises(ControllerError, match="job 29 already exists"):
+        ctl.create_job(JobSpec(29, ("h1",), window=1))
+
+
+def test_job_that_does_not_fit(make_controller):
+    ctl, _ = make_controller("star")
+    with pytest.raises(ControllerError, match="equal share|share"):
+        ctl.create_job(JobSpec(4, ("h1", "h2"), window=4000))
+    rec = ctl.create_job(JobSpec(4, ("h1", "h2"), window=4000, min_window=100))
+    assert rec.pools[0].size == P.SLOT_CAPACITY // 8
+    with pytest.raises(ControllerError, match="not in topology"):
+        ctl.create_job(JobSpec(5, ("h1", "h9"), window=4))
+
+
+def test_failed_install_rolls_back_every_switch(make_controller):
+    ctl, fabric = make_controller("leafspine")
+    ctl.prepare("spine")
+    # Occupy, behind the controller's back, the multicast group the spine will be given.
+    spine = ctl.conn("spine")
+    spine.write([spine.multicast_update(Update.INSERT, ctl.store.free_mcast_group("spine"),
+                                        [(1, 0)])])
+    with pytest.raises(ControllerError, match="not created, nothing left installed"):
+        ctl.create_job(JobSpec(6, ("h1", "h3"), window=4))
+    assert ctl.store.get_job(6) is None
+    for name in ("tor1", "tor2", "spine"):
+        assert AdmissionTables(fabric[name].conn).jobs() == {}, name
+    assert all(ctl.slots()[s].used() == 0 for s in ("tor1", "tor2", "spine"))
+
+
+def test_restart_loses_nothing_and_reconcile_reinstalls(make_controller, tmp_path):
+    ctl, fabric = make_controller("leafspine")
+    ctl.create_job(JobSpec(7, ("h1", "h2", "h3", "h4"), window=4))
+    ctl.create_job(JobSpec(8, ("h1", "h2"), window=4))
+    ctl.close()
+    fabric.reset()  # the switches restart and lose everything
+    ctl2, _ = make_controller("leafspine", state=tmp_path / "state.sqlite", fabric=fabric)
+    assert [j.job_id for j in ctl2.store.jobs()] == [7, 8]
+    dry = ctl2.reconcile(fix=False)
+    assert any("missing" in x for x in dry["spine"]["repaired"])
+    assert AdmissionTables(fabric["spine"].conn).jobs() == {}
+    report = ctl2.reconcile()
+    assert any("job 7" in x for x in report["tor1"]["repaired"])
+    assert all(not r["errors"] for r in report.values())
+    allreduce(ctl2, fabric, 7, ["h1", "h2", "h3", "h4"])
+    allreduce(ctl2, fabric, 8, ["h1", "h2"], slot=1)
+    # A second reconcile finds everything in place; a foreign entry is reported, not removed.
+    adm = AdmissionTables(fabric["tor2"].conn)
+    ctl2.conn("tor2").write([adm.job_update(Update.INSERT, JobConfig(
+        99, 1000, 4, 1, 77, 999, 1, 0, 100))])
+    again = ctl2.reconcile()
+    assert all(not r["repaired"] for r in again.values())
+    assert again["tor2"]["stray"] == ["job_config[99]"]
+    assert 99 in adm.jobs()
+
+
+def test_unreachable_switch_is_a_clear_error(tmp_path):
+    topo = load(REPO / "topologies" / "star.json")
+    ctl = Controller(topo, {"s1": Endpoint("s1", "127.0.0.1:1", 0)}, tmp_path / "s.sqlite",
+                     connect_timeout=0.2, retries=2, sleep=lambda _: None)
+    try:
+        with pytest.raises(ControllerError, match=r"no P4Runtime server at 127.0.0.1:1.*tried 2"):
+            ctl.create_job(JobSpec(1, ("h1",), window=2))
+        assert ctl.store.get_job(1) is None
+    finally:
+        ctl.close()
