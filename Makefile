@@ -31,8 +31,8 @@ $(BUILD)/passing.json: $(P4_SRCS)
 	  exit 2; }
 	@mkdir -p $(BUILD)
 	$(P4C) --arch v1model --std p4-16 -o $(BUILD)/passing.json \
-	  --p4runtime-files $(BUILD)/passing.p4info.txt $(P4_MAIN)
-	@echo "built $(BUILD)/passing.json and $(BUILD)/passing.p4info.txt"
+	  --p4runtime-files $(BUILD)/passing.p4info.txtpb $(P4_MAIN)
+	@echo "built $(BUILD)/passing.json and $(BUILD)/passing.p4info.txtpb"
 
 test:
 	$(PY) -m pytest

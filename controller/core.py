@@ -130,6 +130,10 @@ class Controller:
         pipeline wipes a switch, so it is pushed only when the switch runs none or another."""
         state = self.pipeline_state(name)
         c = self.conn(name)
+        if state == "other":
+            # BMv2's P4Runtime server forgets multicast groups on a new pipeline but leaves
+            # them in the replication engine: delete them while they are still known.
+            c.write([c.multicast_update(Update.DELETE, g) for g in c.read_multicast_groups()])
         if state != "ours":
             p4info, config = pipeline_files(self.build_dir)
             try:

@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--inspect-addr", type=_address, default=None, metavar="HOST:PORT",
                    help="serve register_read for tests on this TCP address")
     p.add_argument("--p4info", default=None,
-                   help="P4Info text file (default: p4src/passing.p4info.txt)")
+                   help="P4Info text file (default: p4src/passing.p4info.txtpb)")
     p.add_argument("--no-p4", action="store_true",
                    help="start without a pipeline until a controller pushes one (like BMv2)")
     p.add_argument("--log-level", default="WARNING")

@@ -16,6 +16,10 @@ DEV = 0
 
 
 def slot_registers(star, job_slots):
+    """Register contents where the target lets tests read them (the model); on BMv2 an empty
+    dict, and the finish_slot0 check proves through behaviour that nothing changed."""
+    if not star.registers_readable:
+        return {}
     return {(name, i): star.register_read("s1", name, i)
             for i in job_slots for name in ("slot_state",)} | {
         ("slot_values", 2 * i + v): star.register_read("s1", "slot_values", 2 * i + v)
