@@ -4,9 +4,9 @@ on the same switch process in one run.
 The test side keeps a fixed number of packets in flight (sent but not yet come out), so the
 switch is always busy but its queues, and the two CPU cores it shares with the sender, are not
 flooded; it counts the frames that come out in a fixed time. Plain forwarding: every frame
-sent from port 1 to a MAC on port 3 comes out once. Aggregation: hosts on ports 1 and 2 stream contributions of a fan-in-2 job over a pool of
-slots with alternating versions; each completed slot leaves once per member, so frames out =
-packets processed. Both loads use 314-byte frames.
+sent from port 1 to a MAC on port 3 comes out once. Aggregation: hosts on ports 1 and 2 stream
+contributions of a fan-in-2 job over a pool of slots with alternating versions; each completed
+slot leaves once per member, so frames out = packets processed. Both use 314-byte frames.
 
     python -m bench.switch_pps --target bmv2     # needs build/ and simple_switch_grpc, root
     python -m bench.switch_pps --target model
