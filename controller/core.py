@@ -245,13 +245,7 @@ class Controller:
     def _reset_counters(self, pool: PoolRecord) -> None:
         """A reused counter row must start from zero for the new job."""
         c = self.conn(pool.switch)
-        ups = []
-        for name in P.JOB_COUNTERS:
-            ups.append(_counter_update(c, name, pool.stat_idx))
-        for reason in P.JobDrop:
-            ups.append(_counter_update(c, "job_drops",
-                                       pool.stat_idx * P.JOB_DROP_STRIDE + reason.value))
-        c.write(ups)
+        c.write(StatsCounters(c).reset_updates(pool.stat_idx))
 
     def _desired(self, job_plan: JobPlan, pool: PoolRecord) -> installer.Desired:
         params = installer.PoolParams(pool.base, pool.size, pool.gen, pool.stat_idx,
@@ -345,13 +339,3 @@ class Controller:
                 entry["errors"].append(str(e))
             report[name] = entry
         return report
-
-
-def _counter_update(c: SwitchConnection, counter: str, index: int) -> Update:
-    u = Update(type=Update.MODIFY)
-    ce = u.entity.counter_entry
-    ce.counter_id = c.info.counter(counter).preamble.id
-    ce.index.index = index
-    ce.data.packet_count = 0
-    ce.data.byte_count = 0
-    return u

@@ -15,7 +15,8 @@
 control PassingIngress(inout headers_t hdr, inout metadata_t meta,
                        inout standard_metadata_t sm) {
     @name(".global_drops") counter(GLOBAL_DROP_SLOTS, CounterType.packets) global_drops;
-    @name(".job_drops") counter(MAX_JOBS * JOB_DROP_STRIDE, CounterType.packets) job_drops;
+    @name(".job_stats") counter(MAX_JOBS * JOB_STATS_STRIDE, CounterType.packets_and_bytes)
+        job_stats;
 
     JobAdmission() admission;
     Aggregation() aggregation;
@@ -26,15 +27,17 @@ control PassingIngress(inout headers_t hdr, inout metadata_t meta,
             bit<8> gdrop;
             bit<8> jdrop;
             admission.apply(hdr, meta, sm, gdrop, jdrop);
-            if (gdrop == DROP_NONE && jdrop == DROP_NONE) {
-                aggregation.apply(hdr, meta, sm, jdrop);
-            }
             if (gdrop != DROP_NONE) {
                 global_drops.count((bit<32>)gdrop);
                 mark_to_drop(sm);
-            } else if (jdrop != DROP_NONE) {
-                job_drops.count(meta.job.stat_idx * JOB_DROP_STRIDE + (bit<32>)jdrop);
-                mark_to_drop(sm);
+            } else {
+                bit<8> event = jdrop;
+                if (jdrop == DROP_NONE) {
+                    aggregation.apply(hdr, meta, sm, event);
+                } else {
+                    mark_to_drop(sm);
+                }
+                job_stats.count(meta.job.stat_idx * JOB_STATS_STRIDE + (bit<32>)event);
             }
         } else if (hdr.ethernet.isValid()) {
             l2.apply(hdr, meta, sm);

@@ -74,7 +74,7 @@ class Level(enum.IntEnum):
 
 
 class JobDrop(enum.IntEnum):
-    """Per-job drop reasons: index = stat_idx * JOB_DROP_STRIDE + reason in counter `job_drops`."""
+    """Per-job drop reasons; also events 0..5 of counter `job_stats` (see JobEvent)."""
 
     NOT_MEMBER = 0  # ingress port is not a member of the job (or wrong direction for the flags)
     BAD_CONTRIBUTOR = 1  # contributor id does not match the ingress port's member entry
@@ -84,26 +84,39 @@ class JobDrop(enum.IntEnum):
     STALE_RESULT = 5  # a RESULT for a slot this switch has not completed and sent up
 
 
-JOB_DROP_STRIDE = 8
+class JobEvent(enum.IntEnum):
+    """What an admitted packet did; with JobDrop, exactly one event per packet of a known job is
+    counted in `job_stats[stat_idx * JOB_STATS_STRIDE + event]`."""
+
+    PARTIAL = 8  # new contribution, slot not complete: consumed
+    COMPLETE_ROOT = 9  # new contribution completed the slot at a root: multicast
+    COMPLETE_UP = 10  # new contribution completed the rack sum at a non-root: sent up
+    DUPLICATE = 11  # already counted, round not finished: dropped
+    RESULT_AGAIN = 12  # already counted, slot final: the result unicast back to the sender
+    RESEND_UP = 13  # already counted, rack sum waiting for the spine: sent up again
+    DOWNLINK = 14  # result from the spine: stored, multicast to local members
+
+
+JOB_STATS_STRIDE = 16
 
 
 class GlobalDrop(enum.IntEnum):
     """Drops that belong to no job: index in counter `global_drops`."""
 
     UNKNOWN_JOB = 0
-    MALFORMED = 1  # truncated, wrong lengths, IPv4 options or bad IPv4 checksum on the PASSING port
+    MALFORMED = 1  # truncated, wrong lengths or bad IPv4 checksum on the PASSING port
 
 
 GLOBAL_DROP_SLOTS = 4
 
-# Per-job packet counters (each indexed by the job's stat_idx), in P4 `counter` names.
-JOB_COUNTERS = {
-    "job_contributions": "new contributions accepted into a slot",
-    "job_duplicates": "contributions already in the slot's bitmap and not answered",
-    "job_results": "completed slots sent to the job's members (multicast) at a root",
-    "job_result_retransmits": "results sent again, unicast, to a contributor that retransmitted",
-    "job_uplink": "rack sums sent to the spine by a non-root switch (first sends and resends)",
-    "job_downlink": "results received from the spine and multicast to local members",
+# Per-job totals an operator reads, as sums of job_stats events.
+JOB_COUNTERS: dict[str, tuple[JobEvent, ...]] = {
+    "job_contributions": (JobEvent.PARTIAL, JobEvent.COMPLETE_ROOT, JobEvent.COMPLETE_UP),
+    "job_duplicates": (JobEvent.DUPLICATE,),
+    "job_results": (JobEvent.COMPLETE_ROOT,),
+    "job_result_retransmits": (JobEvent.RESULT_AGAIN,),
+    "job_uplink": (JobEvent.COMPLETE_UP, JobEvent.RESEND_UP),
+    "job_downlink": (JobEvent.DOWNLINK,),
 }
 
 

@@ -322,11 +322,16 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                     indices = [ce.index.index]
                 else:
                     indices = range(len(cells))
+                unit = self.index.counter(name).spec.unit
                 for i in indices:
                     out = rep.entities.add().counter_entry
                     out.counter_id = cid
                     out.index.index = i
-                    out.data.packet_count, out.data.byte_count = cells[i]
+                    # Only the units the P4 program declared are reported, as BMv2 does.
+                    if unit in (p4info_pb2.CounterSpec.PACKETS, p4info_pb2.CounterSpec.BOTH):
+                        out.data.packet_count = cells[i][0]
+                    if unit in (p4info_pb2.CounterSpec.BYTES, p4info_pb2.CounterSpec.BOTH):
+                        out.data.byte_count = cells[i][1]
         elif which == "packet_replication_engine_entry":
             pre = ent.packet_replication_engine_entry
             if pre.WhichOneof("type") != "multicast_group_entry":

@@ -11,6 +11,7 @@ import struct
 
 from passing import lanes
 from passing import protocol as P
+from passing.protocol import JobEvent as E
 from switch_model.state import Action, SwitchState
 
 ETH_IPV4 = b"\x08\x00"
@@ -148,114 +149,85 @@ class Pipeline:
             elif version > 1:
                 jdrop = P.JobDrop.BAD_VERSION
         if jdrop is not DROP_NONE:
-            st.count("job_drops", j["stat_idx"] * P.JOB_DROP_STRIDE + jdrop, nbytes)
+            st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + jdrop, nbytes)
             return []
-        return self._aggregate(port, frame, j, job_id, slot, contrib, flags, version, level,
-                               frag, ncontrib, exp, reserved, nbytes)
+        event, out = self._aggregate(port, frame, j, job_id, slot, contrib, flags, version,
+                                     level, frag, ncontrib, exp, reserved)
+        st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
+        return out
 
     def _aggregate(self, port, frame, j, job_id, slot, contrib, flags, version, level, frag,
-                   ncontrib, exp, reserved, nbytes) -> list[tuple[int, bytes]]:
+                   ncontrib, exp, reserved) -> tuple[int, list[tuple[int, bytes]]]:
+        """Aggregation.aggregate(): both registers read and written once, one event."""
         st, slots = self.state, self.slots
-        stat = j["stat_idx"]
         idx = (j["pool_base"] + slot) & 0xFFFFFFFF
         vidx = ((idx << 1) + version) & 0xFFFFFFFF
         if idx >= slots.capacity:
             # BMv2 would fault on an out-of-range register index; the controller never
             # configures one (JobConfig checks pool_base + pool_size <= capacity).
-            return []
+            return E.DUPLICATE, []
         word = slots.state[idx]
+        acc = slots.values[vidx]
         gen = j["gen"]
         if word >> 144 != gen:
-            v0 = v1 = 0
+            cur = oth = 0
+        elif version == 1:
+            cur, oth = (word >> 72) & _MASK72, word & _MASK72
         else:
-            v0, v1 = word & _MASK72, (word >> 72) & _MASK72
-        cur, oth = (v1, v0) if version == 1 else (v0, v1)
-        bm, cnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
-        ex, ns, rdy = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
+            cur, oth = word & _MASK72, (word >> 72) & _MASK72
         mybit = (1 << contrib) & 0xFFFFFFFF
         fan_in = j["fan_in"]
-        values = frame[VALUES_OFF:PASSING_END]
-        out_values = values
-        store = False
-        dest: str | None = None  # "mcast" | "uplink" | "back"
+        bm, ccnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
+        cex, cns, crdy = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
 
-        if flags & FLAG_RESULT == FLAG_RESULT:
-            if cnt != fan_in:
-                st.count("job_drops", stat * P.JOB_DROP_STRIDE + P.JobDrop.STALE_RESULT, nbytes)
-                return []
-            slots.values[vidx] = lanes.word_from_bytes(values)
-            rdy, ex, ns = 1, exp, ncontrib
-            store = True
-            flags = FLAG_RESULT
-            dest = "mcast"
-            st.count("job_downlink", stat, nbytes)
-        elif bm & mybit == 0:
-            oth &= ~mybit & _MASK72
-            if bm == 0:
-                acc = lanes.word_from_bytes(values)
-                cnt, ex, ns, rdy = 1, exp, ncontrib, 0
-            else:
-                acc = lanes.swar_add(slots.values[vidx], lanes.word_from_bytes(values))
-                cnt = (cnt + 1) & 0xFF
-                if exp > ex:
-                    ex = exp
-                ns = (ns + ncontrib) & 0xFFFF
-            bm |= mybit
-            slots.values[vidx] = acc
-            store = True
-            st.count("job_contributions", stat, nbytes)
-            if cnt == fan_in:
-                out_values = lanes.word_to_bytes(acc)
-                exp, ncontrib = ex, ns
-                if j["is_root"] == P.Role.ROOT:
-                    rdy = 1
-                    flags = FLAG_RESULT
-                    dest = "mcast"
-                    st.count("job_results", stat, nbytes)
-                else:
-                    flags = FLAG_CONTRIB
-                    level = (level + 1) & 0xFF
-                    dest = "uplink"
-                    st.count("job_uplink", stat, nbytes)
-        elif rdy != 0:
-            out_values = lanes.word_to_bytes(slots.values[vidx])
-            exp, ncontrib, flags = ex, ns, FLAG_RESULT
-            dest = "back"
-            st.count("job_result_retransmits", stat, nbytes)
-        elif cnt == fan_in:
-            out_values = lanes.word_to_bytes(slots.values[vidx])
-            exp, ncontrib, flags = ex, ns, FLAG_CONTRIB | FLAG_RETRANS
-            level = (level + 1) & 0xFF
-            dest = "uplink"
-            st.count("job_uplink", stat, nbytes)
+        is_result = flags & FLAG_RESULT == FLAG_RESULT
+        is_new = not is_result and bm & mybit == 0
+        first = bm == 0
+        cnt = ccnt if not is_new else 1 if first else (ccnt + 1) & 0xFF
+        if is_result:
+            event = P.JobDrop.STALE_RESULT if ccnt != fan_in else E.DOWNLINK
+        elif is_new:
+            event = E.PARTIAL if cnt != fan_in else \
+                E.COMPLETE_ROOT if j["is_root"] == P.Role.ROOT else E.COMPLETE_UP
         else:
-            st.count("job_duplicates", stat, nbytes)
-            return []
+            event = E.RESULT_AGAIN if crdy != 0 else \
+                E.RESEND_UP if ccnt == fan_in else E.DUPLICATE
+        stored = event == E.DOWNLINK
+        overwrite = stored or (is_new and first)
+        pkt = lanes.word_from_bytes(frame[VALUES_OFF:PASSING_END])
+        vals = pkt if overwrite else lanes.swar_add(acc, pkt) if is_new else acc
+        slots.values[vidx] = vals
+        ex = exp if overwrite or (is_new and exp > cex) else cex
+        ns = ncontrib if overwrite else (cns + ncontrib) & 0xFFFF if is_new else cns
+        rdy = 1 if stored or event == E.COMPLETE_ROOT else 0 if is_new and first else crdy
+        bm = bm | mybit if is_new else bm
+        other = oth & ~mybit & _MASK72 if is_new else oth
+        mine = (rdy << 64) | (ns << 48) | (ex << 40) | (cnt << 32) | bm
+        pair = (mine << 72) | other if version == 1 else (other << 72) | mine
+        slots.state[idx] = (gen << 144) | pair
 
-        if store:
-            nw = (rdy << 64) | (ns << 48) | (ex << 40) | (cnt << 32) | bm
-            pair = (nw << 72) | oth if version == 1 else (oth << 72) | nw
-            slots.state[idx] = (gen << 144) | pair
-
-        if dest is None:
-            return []
-        if dest == "mcast":
+        if event in (E.COMPLETE_ROOT, E.DOWNLINK):
             ports = [p for p, _ in st.mcast.get(j["mcast_grp"], ())]
-        elif dest == "uplink":
-            ports = [j["uplink_port"]]
-        else:
+        elif event == E.RESULT_AGAIN:
             ports = [port]
+        elif event in (E.COMPLETE_UP, E.RESEND_UP):
+            ports = [j["uplink_port"]]
+            level = (level + 1) & 0xFF
+        else:
+            return event, []
+        flags = FLAG_CONTRIB if event == E.COMPLETE_UP else \
+            FLAG_CONTRIB | FLAG_RETRANS if event == E.RESEND_UP else FLAG_RESULT
+        values = lanes.word_to_bytes(vals)
         tail = frame[PASSING_END:]
         out = []
         for egress in ports:
             peer = st.tables["peer_rewrite"].entries.get((job_id, egress))
             if peer is None:
-                st.count("egress_drops", 0, nbytes)
+                st.count("egress_drops", 0, len(frame))
                 continue
             out.append((egress, self._rewrite(frame, peer.params, slot, flags, version, level,
-                                              frag, ncontrib, exp, reserved, job_id,
-                                              out_values, tail)))
-        return out
+                                              frag, ns, ex, reserved, job_id, values, tail)))
+        return event, out
 
     @staticmethod
     def _rewrite(frame, peer, slot, flags, version, level, frag, ncontrib, exp, reserved,

@@ -11,7 +11,7 @@
 /* Slots per switch (each slot has two versions) and rows of per-job counters. */
 #define SLOT_CAPACITY 4096
 #define MAX_JOBS 256
-#define JOB_DROP_STRIDE 8
+#define JOB_STATS_STRIDE 16
 #define GLOBAL_DROP_SLOTS 4
 
 const bit<16> PASSING_UDP_PORT = 48879;
@@ -29,7 +29,8 @@ const bit<8> FLAG_RESULT  = 0x02;
 const bit<8> FLAG_RETRANS = 0x04;
 const bit<8> FLAGS_KNOWN  = 0x07;
 
-/* Per-job drop reasons (index = stat_idx * JOB_DROP_STRIDE + reason in job_drops). */
+/* Per-job events, counted in job_stats[stat_idx * JOB_STATS_STRIDE + event]: exactly one per
+ * packet that names a known job. 0..5 are drops (by reason), 8..14 what the slot did. */
 const bit<8> DROP_NONE            = 0xff;
 const bit<8> DROP_NOT_MEMBER      = 0;
 const bit<8> DROP_BAD_CONTRIBUTOR = 1;
@@ -37,10 +38,19 @@ const bit<8> DROP_SLOT_RANGE      = 2;
 const bit<8> DROP_BAD_VERSION     = 3;
 const bit<8> DROP_BAD_FLAGS       = 4;
 const bit<8> DROP_STALE_RESULT    = 5;
+const bit<8> EVT_PARTIAL          = 8;   /* new contribution, slot not complete: consumed */
+const bit<8> EVT_COMPLETE_ROOT    = 9;   /* new contribution completed the slot: multicast */
+const bit<8> EVT_COMPLETE_UP      = 10;  /* new contribution completed the rack sum: sent up */
+const bit<8> EVT_DUPLICATE        = 11;  /* already counted, round not finished: dropped */
+const bit<8> EVT_RESULT_AGAIN     = 12;  /* already counted, slot final: result unicast back */
+const bit<8> EVT_RESEND_UP        = 13;  /* already counted, rack sum waiting: sent up again */
+const bit<8> EVT_DOWNLINK         = 14;  /* result from the spine: stored, multicast down */
 
 /* Drops that belong to no job (index in global_drops). */
 const bit<8> GDROP_UNKNOWN_JOB = 0;
 const bit<8> GDROP_MALFORMED   = 1;
+
+const bit<9> DROP_PORT = 511;  /* v1model BMv2: egress_spec 511 drops */
 
 /* Job roles (job_config.set_job's is_root). */
 const bit<1> ROLE_NON_ROOT = 0;

@@ -48,9 +48,9 @@ def test_table_and_group_round_trip(star):
 
 def test_counters_start_at_zero_and_have_the_declared_size(star):
     conn = star["s1"].conn
-    cells = conn.read_counter("job_contributions")
-    assert len(cells) == 256 and all(v == (0, 0) for v in cells.values())
-    assert len(conn.read_counter("job_drops")) == 256 * 8
+    cells = conn.read_counter("job_stats")
+    assert len(cells) == 256 * 16 and all(v == (0, 0) for v in cells.values())
+    assert len(conn.read_counter("global_drops")) == 4
 
 
 def test_second_controller_with_lower_election_id_cannot_write(star):

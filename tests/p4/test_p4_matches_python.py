@@ -52,7 +52,7 @@ def test_values_width_and_k_match():
 def test_capacities_and_port_match():
     assert p4_define("SLOT_CAPACITY") == P.SLOT_CAPACITY
     assert p4_define("MAX_JOBS") == P.MAX_JOBS
-    assert p4_define("JOB_DROP_STRIDE") == P.JOB_DROP_STRIDE
+    assert p4_define("JOB_STATS_STRIDE") == P.JOB_STATS_STRIDE
     assert p4_define("GLOBAL_DROP_SLOTS") == P.GLOBAL_DROP_SLOTS
     assert p4_const("PASSING_UDP_PORT") == P.PASSING_UDP_PORT
 
@@ -66,13 +66,10 @@ def test_flags_and_drop_reasons_match():
         assert p4_const("DROP_" + reason.name) == reason.value, reason
     for reason in P.GlobalDrop:
         assert p4_const("GDROP_" + reason.name) == reason.value, reason
-    assert len(P.JobDrop) <= P.JOB_DROP_STRIDE
-
-
-def test_per_job_counters_exist_with_python_names():
-    agg = p4_text("aggregation.p4")
-    for name in P.JOB_COUNTERS:
-        assert re.search(r'@name\("\.' + name + r'"\)\s*counter\(MAX_JOBS,', agg), name
+    for event in P.JobEvent:
+        assert p4_const("EVT_" + event.name) == event.value, event
+    assert max(P.JobEvent) < P.JOB_STATS_STRIDE
+    assert not set(P.JobDrop.__members__.values()) & set(P.JobEvent.__members__.values())
 
 
 def test_lengths_checked_by_p4_match_packer():
