@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for port, frame in work:
         out += len(process(port, frame))
     dt = time.perf_counter() - t0
-    completed = pipe.state.counters["job_results"][0][0]
+    completed = pipe.state.counters["job_stats"][P.JobEvent.COMPLETE_ROOT][0]
     assert completed == rounds * POOL, "every slot of every round must complete"
     res = {"packets": len(work), "seconds": round(dt, 3), "pps": round(len(work) / dt),
            "frames_out": out, "slots_completed": completed}

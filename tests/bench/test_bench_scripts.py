@@ -1,0 +1,41 @@
+"""The benchmark scripts run and measure what they claim (counts, not speed: speed is only ever
+reported, never asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from passing.pipeline_files import REPO
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_model_pipeline_benchmark_completes_every_slot():
+    res = run_module("bench.model_pipeline", "--packets", "4096", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["packets"] == 4096 and out["slots_completed"] == 4096 // 4
+    assert out["frames_out"] == out["packets"] and out["pps"] > 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (veth interfaces)")
+def test_switch_pps_benchmark_on_the_model(tmp_path):
+    out_file = tmp_path / "res.json"
+    res = run_module("bench.switch_pps", "--target", "model", "--seconds", "0.5",
+                     "--json-out", str(out_file))
+    assert res.returncode == 0, res.stderr
+    data = json.loads(out_file.read_text())
+    assert data["forwarding"]["out"] > 0 and data["aggregation"]["out"] > 0
+    # Every aggregation packet the switch counted was admitted, none dropped.
+    counters = data["switch_counters"]
+    assert not any(v for k, v in counters.items() if k.startswith("drops_"))
+    assert counters["job_contributions"] + counters["job_duplicates"] \
+        + counters["job_result_retransmits"] >= data["aggregation"]["out"]
