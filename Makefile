@@ -7,11 +7,12 @@ P4_SRCS := $(wildcard p4src/*.p4 p4src/include/*.p4)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build test lint bench-bmv2 bench-model run-topology clean
+.PHONY: help setup build update-p4info test lint bench-bmv2 bench-model run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
 	@echo "make build         compile p4src/ with $(P4C) into $(BUILD)/ (BMv2 JSON + P4Info text)"
+	@echo "make update-p4info build, then copy the P4Info to p4src/ (after changing p4src/)"
 	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
 	@echo "make lint          ruff"
 	@echo "make bench-bmv2    aggregation packets/s vs plain forwarding on the same BMv2"
@@ -33,6 +34,10 @@ $(BUILD)/passing.json: $(P4_SRCS)
 	$(P4C) --arch v1model --std p4-16 -o $(BUILD)/passing.json \
 	  --p4runtime-files $(BUILD)/passing.p4info.txtpb $(P4_MAIN)
 	@echo "built $(BUILD)/passing.json and $(BUILD)/passing.p4info.txtpb"
+
+# After changing p4src/: keep the committed P4Info (used by the model and the controller) in step.
+update-p4info: build
+	cp $(BUILD)/passing.p4info.txtpb p4src/passing.p4info.txtpb
 
 test:
 	$(PY) -m pytest
