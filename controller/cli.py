@@ -19,7 +19,7 @@ from controller.core import Controller, ControllerError, Endpoint, SwitchFailure
 from controller.jobs import JobError, JobSpec
 from controller.store import StoreError
 from controller.switch import SwitchError
-from controller.topology import TopologyError, load
+from controller.topology import TopologyError, load, read_json
 
 EXIT_REFUSED, EXIT_SWITCH = 3, 4
 
@@ -103,12 +103,7 @@ def load_controller(args) -> Controller:
         raise ControllerError("no controller configuration: pass --config FILE or set "
                               "PASSING_CTL_CONFIG (see passing-ctl --help)")
     cfg_path = Path(args.config)
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise ControllerError(f"{cfg_path}: no such configuration file") from None
-    except json.JSONDecodeError as e:
-        raise ControllerError(f"{cfg_path}: not valid JSON: {e}") from None
+    cfg = read_json(cfg_path, "configuration", ControllerError)
     base = cfg_path.parent
     for key in ("topology", "state", "switches"):
         if key not in cfg:

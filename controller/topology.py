@@ -224,12 +224,16 @@ def parse(data: dict, source: str = "topology") -> Topology:
     return Topology(name, switches, hosts, uplinks)
 
 
+def read_json(path: Path, what: str, error: type[Exception]):
+    """The JSON document in `path`, or `error` saying the file is missing or not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what} file") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON: {e}") from None
+
+
 def load(path: str | Path) -> Topology:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TopologyError(f"{path}: no such topology file") from None
-    except json.JSONDecodeError as e:
-        raise TopologyError(f"{path}: not valid JSON: {e}") from None
-    return parse(data, str(path))
+    return parse(read_json(path, "topology", TopologyError), str(path))
