@@ -187,3 +187,33 @@ def test_unreachable_switch_is_a_clear_error(tmp_path):
         assert ctl.store.get_job(1) is None
     finally:
         ctl.close()
+
+
+def test_controller_killed_mid_create_is_completed_by_reconcile(make_controller, tmp_path,
+                                                                monkeypatch):
+    """The process dies after the first switch of a three-switch job: the job is on disk, and
+    the next controller's reconcile installs the rest; nothing is lost or duplicated."""
+    ctl, fabric = make_controller("leafspine")
+    from controller import installer
+    real_install = installer.install
+    calls = []
+
+    def dying_install(conn, d):
+        if calls:
+            raise KeyboardInterrupt  # the operator's Ctrl-C, or a crash, mid-way
+        calls.append(conn.name)
+        real_install(conn, d)
+
+    monkeypatch.setattr(installer, "install", dying_install)
+    with pytest.raises(KeyboardInterrupt):
+        ctl.create_job(JobSpec(9, ("h1", "h2", "h3", "h4"), window=4))
+    monkeypatch.setattr(installer, "install", real_install)
+    ctl.close()
+    assert calls == ["tor1"]
+    ctl2, _ = make_controller("leafspine", state=tmp_path / "state.sqlite", fabric=fabric)
+    assert [j.job_id for j in ctl2.store.jobs()] == [9]
+    report = ctl2.reconcile()
+    assert report["tor1"]["repaired"] == [] and report["spine"]["repaired"]
+    assert all(AdmissionTables(fabric[s].conn).jobs().keys() == {9}
+               for s in ("tor1", "tor2", "spine"))
+    allreduce(ctl2, fabric, 9, ["h1", "h2", "h3", "h4"])
