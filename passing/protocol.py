@@ -50,7 +50,8 @@ HEADER_FIELDS: tuple[Field, ...] = (
     Field("num_contrib", 16, "Original contributors folded into this packet (a host sends its "
           "local GPU count; the switch sums it)."),
     Field("exp", 8, "Block exponent proposed by the sender; the switch returns the maximum."),
-    Field("reserved", 8, "Sent as 0; the switch passes it through."),
+    Field("tag", 8, "Chosen by the sender (agents: a per-call number); the switch passes it "
+          "through, so results carry the tag of the packet that produced them."),
 )
 
 HEADER_BYTES = sum(f.bits for f in HEADER_FIELDS) // 8

@@ -124,7 +124,7 @@ class Pipeline:
                 or int.from_bytes(frame[38:40], "big") != PASSING_UDP_LEN):
             st.count("global_drops", P.GlobalDrop.MALFORMED, nbytes)
             return []
-        job_id, slot, contrib, flags, version, level, frag, ncontrib, exp, reserved = \
+        job_id, slot, contrib, flags, version, level, frag, ncontrib, exp, tag = \
             _HDR.unpack_from(frame, PASSING_OFF)
         job = st.tables["job_config"].entries.get((job_id,))
         if job is None:
@@ -152,12 +152,12 @@ class Pipeline:
             st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + jdrop, nbytes)
             return []
         event, out = self._aggregate(port, frame, j, job_id, slot, contrib, flags, version,
-                                     level, frag, ncontrib, exp, reserved)
+                                     level, frag, ncontrib, exp, tag)
         st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
         return out
 
     def _aggregate(self, port, frame, j, job_id, slot, contrib, flags, version, level, frag,
-                   ncontrib, exp, reserved) -> tuple[int, list[tuple[int, bytes]]]:
+                   ncontrib, exp, tag) -> tuple[int, list[tuple[int, bytes]]]:
         """Aggregation.aggregate(): both registers read and written once, one event."""
         st, slots = self.state, self.slots
         idx = (j["pool_base"] + slot) & 0xFFFFFFFF
@@ -226,11 +226,11 @@ class Pipeline:
                 st.count("egress_drops", 0, len(frame))
                 continue
             out.append((egress, self._rewrite(frame, peer.params, slot, flags, version, level,
-                                              frag, ns, ex, reserved, job_id, values, tail)))
+                                              frag, ns, ex, tag, job_id, values, tail)))
         return event, out
 
     @staticmethod
-    def _rewrite(frame, peer, slot, flags, version, level, frag, ncontrib, exp, reserved,
+    def _rewrite(frame, peer, slot, flags, version, level, frag, ncontrib, exp, tag,
                  job_id, values, tail) -> bytes:
         """PeerRewrite.set_peer, then the checksum update and the deparser."""
         ip = bytearray(frame[IPV4_OFF:IPV4_OFF + 20])
@@ -242,6 +242,6 @@ class Pipeline:
             ip,
             _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), frame[38:40], b"\x00\x00",
             _HDR.pack(job_id, slot, peer["contributor"], flags, version, level, frag, ncontrib,
-                      exp, reserved),
+                      exp, tag),
             values, tail,
         ))

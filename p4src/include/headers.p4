@@ -43,7 +43,7 @@ header passing_t {
     bit<32> frag;
     bit<16> num_contrib;
     bit<8>  exp;
-    bit<8>  reserved;
+    bit<8>  tag;
 }
 
 /* K 32-bit two's complement values, value 0 in the most significant bits (first on the wire).

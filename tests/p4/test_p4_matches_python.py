@@ -103,7 +103,7 @@ def test_doc_example_payload_decodes_as_described():
     wire = bytes.fromhex("".join(hexes.split()))
     rec = packet.unpack(wire)
     assert packet.header_dict(rec) == dict(job_id=7, slot=3, contributor=1, flags=1, version=0,
-                                           level=0, frag=10, num_contrib=2, exp=130, reserved=0)
+                                           level=0, frag=10, num_contrib=2, exp=130, tag=0)
     assert rec["values"][:5].tolist() == [1, -1, 2**31 - 1, -(2**31), 0]
 
 

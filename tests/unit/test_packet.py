@@ -34,7 +34,7 @@ def test_round_trip_single(hdr, values):
     wire = packet.pack(values, **{k: int(v) for k, v in hdr.items()})
     assert len(wire) == P.PAYLOAD_BYTES
     rec = packet.unpack(wire)
-    assert packet.header_dict(rec) == {**{k: int(v) for k, v in hdr.items()}, "reserved": 0}
+    assert packet.header_dict(rec) == {**{k: int(v) for k, v in hdr.items()}, "tag": 0}
     assert rec["values"].tolist() == values
 
 

@@ -1,0 +1,99 @@
+"""The software switch's pipeline driven in-process: host agents exchange UDP payloads with it
+through queues, with optional random loss on every link in both directions. No sockets, no
+root: for testing the agents' window and loss recovery against the real pipeline logic."""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+
+import numpy as np
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from controller.tables.admission import JobConfig
+from passing import protocol as P
+from passing.p4info import encode_value
+from switch_model.cli import build_pipeline, load_p4info
+from switch_model.pipeline import PASSING_OFF
+from switch_model.state import Action
+from testbed.jobs import agent_port, host_ip, host_mac, switch_ip, switch_mac
+
+DEV = 0
+
+
+def _int(value: str, bits: int) -> int:
+    return int.from_bytes(encode_value(value, bits), "big")
+
+
+class LoopbackSwitch:
+    """One switch (root) with hosts on ports 1..n, one job over all of them."""
+
+    def __init__(self, hosts: int, job_id: int = 1, slots: int = 16, loss: float = 0.0,
+                 seed: int = 0):
+        self.pipe = build_pipeline(load_p4info(None))
+        self.job_id, self.slots, self.loss = job_id, slots, loss
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.queues = {p: queue.Queue() for p in range(1, hosts + 1)}
+        self.delivered = self.dropped = 0
+        st = self.pipe.state
+        cfg = JobConfig(job_id, 0, slots, hosts, 9, 1, 1, 0, 0)
+        st.insert("job_config", (job_id,), Action("set_job", {
+            k: v for k, v in cfg.__dict__.items() if k != "job_id"}))
+        for p in self.queues:
+            st.insert("membership", (job_id, p), Action("set_member", {"contributor": p - 1}))
+            st.insert("peer_rewrite", (job_id, p), Action("set_peer", {
+                "dst_mac": _int(host_mac(DEV, p), 48), "src_mac": _int(switch_mac(DEV), 48),
+                "dst_ip": _int(host_ip(DEV, p), 32), "src_ip": _int(switch_ip(DEV), 32),
+                "dst_port": agent_port(p), "contributor": p - 1}))
+        st.mcast_write("INSERT", 9, [(p, p - 1) for p in self.queues])
+
+    def _lost(self) -> bool:
+        return self.loss > 0 and self.rng.random() < self.loss
+
+    def transport(self, port: int) -> LoopbackTransport:
+        return LoopbackTransport(self, port)
+
+    def deliver(self, port: int, payload: bytes) -> None:
+        frame = bytes(Ether(src=host_mac(DEV, port), dst=switch_mac(DEV))
+                      / IP(src=host_ip(DEV, port), dst=switch_ip(DEV))
+                      / UDP(sport=agent_port(port), dport=P.PASSING_UDP_PORT, chksum=0)
+                      / payload)
+        with self.lock:
+            if self._lost():
+                self.dropped += 1
+                return
+            outs = self.pipe.process(port, frame)
+            for egress, out in outs:
+                if self._lost():
+                    self.dropped += 1
+                    continue
+                self.delivered += 1
+                self.queues[egress].put(out[PASSING_OFF:])
+
+
+class LoopbackTransport:
+    def __init__(self, switch: LoopbackSwitch, port: int):
+        self.switch, self.port = switch, port
+
+    def send(self, payload: bytes) -> None:
+        self.switch.deliver(self.port, payload)
+
+    def recv(self, timeout: float) -> list[bytes]:
+        q = self.switch.queues[self.port]
+        try:
+            out = [q.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(q.get_nowait())
+            except queue.Empty:
+                return out
+
+
+def random_tensors(hosts: int, n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(n).astype(np.float32) for _ in range(hosts)]

@@ -1,0 +1,94 @@
+"""The window protocol against the real pipeline (software model, in-process) with loss."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout
+from passing import protocol as P
+from testbed.loopback import LoopbackSwitch, random_tensors
+
+
+def run_hosts(switch: LoopbackSwitch, tensors, calls: int = 1, slots: int = 16, **cfg):
+    hosts = len(tensors)
+    streamers = [SlotStreamer(StreamConfig(switch.job_id, p - 1, slots, hosts, **cfg),
+                              switch.transport(p)) for p in range(1, hosts + 1)]
+    results = [[None] * calls for _ in range(hosts)]
+    errors = []
+
+    def work(i):
+        try:
+            for c in range(calls):
+                results[i][c] = streamers[i].allreduce(tensors[i] * (c + 1))
+        except Exception as e:  # reported by the test below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(hosts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results, streamers
+
+
+def check(results, tensors):
+    exact = np.sum([t.astype(np.float64) for t in tensors], axis=0)
+    largest = max(float(np.max(np.abs(t))) for t in tensors)
+    for per_host in results:
+        for c, got in enumerate(per_host):
+            assert got.shape == exact.shape
+            assert np.max(np.abs(got - (c + 1) * exact)) <= 1e-5 * largest * (c + 1) * len(
+                tensors)
+
+
+@pytest.mark.parametrize("hosts,n", [(2, 1), (2, 1000), (4, 5 * P.K), (3, 16 * P.K * 3 + 7)])
+def test_allreduce_without_loss(hosts, n):
+    tensors = random_tensors(hosts, n, seed=n)
+    switch = LoopbackSwitch(hosts)
+    # A timer far above the in-process round trip: without loss nothing is resent.
+    results, streamers = run_hosts(switch, tensors, calls=2, rto=2.0)
+    check(results, tensors)
+    assert all(s.stats.retransmissions == 0 for s in streamers)
+
+
+@pytest.mark.parametrize("loss", [0.01, 0.05])
+def test_allreduce_recovers_from_loss(loss):
+    tensors = random_tensors(4, 40 * P.K, seed=7)
+    switch = LoopbackSwitch(4, loss=loss, seed=3)
+    results, streamers = run_hosts(switch, tensors, calls=3, rto=0.005)
+    check(results, tensors)
+    assert switch.dropped > 0
+    assert sum(s.stats.retransmissions for s in streamers) > 0
+
+
+def test_window_larger_than_the_tensor_and_reused_across_calls():
+    tensors = random_tensors(2, 3 * P.K, seed=2)
+    switch = LoopbackSwitch(2, slots=64)
+    results, _ = run_hosts(switch, tensors, calls=5, slots=64)
+    check(results, tensors)
+
+
+def test_switch_that_never_answers_times_out():
+    class Silent:
+        def send(self, payload):
+            pass
+
+        def recv(self, timeout):
+            return []
+
+    s = SlotStreamer(StreamConfig(1, 0, 4, 2, rto=0.01, deadline=0.3), Silent())
+    with pytest.raises(SwitchTimeout, match="no result from the switch"):
+        s.allreduce(np.ones(10))
+    assert s.stats.retransmissions > 3
+
+
+def test_integer_tensors_exact_through_the_switch():
+    tensors = [np.arange(300, dtype=np.float32) * (i + 1) for i in range(3)]
+    switch = LoopbackSwitch(3)
+    results, _ = run_hosts(switch, tensors)
+    exact = np.sum(tensors, axis=0, dtype=np.float64)
+    assert all(np.array_equal(r[0], exact) for r in results)
