@@ -1,7 +1,9 @@
 """Floats to the switch's 32-bit fixed point and back, with a scale per block of K values.
 
 Each host proposes, per fragment (block), the exponent e of its largest magnitude (|x| < 2**e);
-the switch returns the maximum E over all hosts (header field `exp`, see docs/protocol.md). With
+the switch returns the maximum E over all hosts (header field `exp`, see docs/protocol.md). The
+largest field value, POISON, says a host had NaN or Inf: since the switch keeps the maximum,
+every host learns it and refuses the sum, instead of the others waiting for that host. With
 H hosts streaming into the switch, every host scales the block by 2**(S - E) where
 S = 30 - ceil(log2 H): each quantized value is then at most 2**S in magnitude and the sum of H of
 them at most 2**30, so the int32 sum can never overflow, whatever the data. The rounding error
@@ -16,8 +18,9 @@ import math
 
 import numpy as np
 
-EXP_BIAS = 127  # exp field = e + EXP_BIAS; 0 means "the block is all zeros"
-_MIN_E, _MAX_E = 1 - EXP_BIAS, 255 - EXP_BIAS
+EXP_BIAS = 126  # exp field = e + EXP_BIAS; 0 means "the block is all zeros"
+POISON = 255  # a host had NaN/Inf: the switch's max spreads it to every host of the job
+_MIN_E, _MAX_E = 1 - EXP_BIAS, POISON - 1 - EXP_BIAS  # float32's range: e up to 128
 
 
 class NonFiniteError(ValueError):
@@ -45,7 +48,7 @@ def block_exponents(blocks: np.ndarray) -> np.ndarray:
     _, e = np.frexp(peak)  # peak = m * 2**e with 0.5 <= m < 1, so peak < 2**e
     if np.any(e > _MAX_E):
         raise ValueError(f"magnitude {peak.max():g} beyond the float32 range the format covers")
-    field = np.clip(e.astype(np.int64) + EXP_BIAS, 1, 255)
+    field = np.clip(e.astype(np.int64) + EXP_BIAS, 1, POISON - 1)
     return np.where(peak > 0, field, 0).astype(np.uint8)
 
 

@@ -65,25 +65,38 @@ class SlotStreamer:
         self.stats = StreamStats()
 
     def allreduce(self, x: np.ndarray) -> np.ndarray:
-        """The element-wise sum of `x` over every host of the job, as float64."""
+        """The element-wise sum of `x` over every host of the job, as float64. NaN or Inf on
+        any host raises NonFiniteError on every host, after the stream (so that every host
+        leaves the slots in the same state)."""
         flat = np.asarray(x).ravel()
-        fx.check_finite(flat)
         n = flat.size
         if n == 0:
             return np.zeros(0)
         nfrag = -(-n // P.K)
         blocks = np.zeros((nfrag, P.K), dtype=np.float64)
-        blocks.ravel()[:n] = flat
-        sums = self._run(blocks)
+        local_error = None
+        try:
+            fx.check_finite(flat)
+            blocks.ravel()[:n] = flat
+            local_exp = fx.block_exponents(blocks)
+        except (fx.NonFiniteError, ValueError) as e:
+            local_error = e
+            blocks[:] = 0
+            local_exp = np.full(nfrag, fx.POISON, dtype=np.uint8)
+        sums, agreed = self._run(blocks, local_exp)
+        if local_error is not None:
+            raise fx.NonFiniteError(f"this host: {local_error}")
+        if np.any(agreed == fx.POISON):
+            raise fx.NonFiniteError(f"job {self.cfg.job_id}: another host had NaN/Inf (or a "
+                                    "value beyond float32's range) in the same call")
         return sums.ravel()[:n]
 
     # -- the window ---------------------------------------------------------------------------
-    def _run(self, blocks: np.ndarray) -> np.ndarray:
+    def _run(self, blocks: np.ndarray, local_exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cfg = self.cfg
         nfrag = blocks.shape[0]
         window = min(cfg.slots, nfrag)
         s_bits = fx.scale_bits(cfg.streams)
-        local_exp = fx.block_exponents(blocks)
         agreed = np.zeros(nfrag, dtype=np.uint8)
         out = np.zeros((nfrag, P.K), dtype=np.float64)
         tag = self.calls % 256
@@ -100,7 +113,8 @@ class SlotStreamer:
                 frag, values, exp = s, zeros, int(local_exp[s])
             else:
                 frag = s + (i - 1) * window
-                values = fx.quantize(blocks[frag:frag + 1], agreed[frag:frag + 1], s_bits)[0]
+                values = zeros if agreed[frag] == fx.POISON else \
+                    fx.quantize(blocks[frag:frag + 1], agreed[frag:frag + 1], s_bits)[0]
                 nxt = frag + window
                 exp = int(local_exp[nxt]) if nxt < nfrag else 0
             version = int(self.versions[s])
@@ -136,8 +150,9 @@ class SlotStreamer:
                     agreed[s] = rec["exp"]
                 else:
                     f = p["frag"]
-                    out[f] = fx.dequantize(rec["values"].reshape(1, P.K),
-                                           agreed[f:f + 1], s_bits)[0]
+                    if agreed[f] != fx.POISON:
+                        out[f] = fx.dequantize(rec["values"].reshape(1, P.K),
+                                               agreed[f:f + 1], s_bits)[0]
                     if f + window < nfrag:
                         agreed[f + window] = rec["exp"]
                 step[s] += 1
@@ -155,7 +170,7 @@ class SlotStreamer:
                     p["rto"] = min(p["rto"] * 2, cfg.max_rto)
                     self.stats.retransmissions += 1
                     send(s, retrans=True)
-        return out
+        return out, agreed
 
     def _match(self, payload: bytes, pending: dict[int, dict],
                tag: int) -> tuple[int, np.void] | None:

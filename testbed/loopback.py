@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 import random
+import socket
 import threading
 
 import numpy as np
@@ -71,7 +72,10 @@ class LoopbackSwitch:
                     self.dropped += 1
                     continue
                 self.delivered += 1
-                self.queues[egress].put(out[PASSING_OFF:])
+                self.emit(egress, out[PASSING_OFF:])
+
+    def emit(self, port: int, payload: bytes) -> None:
+        self.queues[port].put(payload)
 
 
 class LoopbackTransport:
@@ -97,3 +101,52 @@ class LoopbackTransport:
 def random_tensors(hosts: int, n: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(n).astype(np.float32) for _ in range(hosts)]
+
+
+class UdpLoopbackSwitch(LoopbackSwitch):
+    """The same switch behind a UDP socket on 127.0.0.1: agents in other processes reach it with
+    their real UDP transport, each host from its own loopback address 127.0.0.(10+port)."""
+
+    def __init__(self, hosts: int, agent_udp_port: int, **kw):
+        super().__init__(hosts, **kw)
+        self.agent_udp_port = agent_udp_port
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self.sock.bind(("127.0.0.1", 0))
+        self.address = self.sock.getsockname()
+        self.sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def host_address(port: int) -> str:
+        return f"127.0.0.{10 + port}"
+
+    def agent_params(self) -> dict:
+        """The job parameters a controller would hand to the agents (docs/controller.md)."""
+        return {"job_id": self.job_id, "udp_port": self.address[1],
+                "agent_port": self.agent_udp_port, "k": P.K, "slots": self.slots,
+                "hosts_total": len(self.queues),
+                "hosts": {f"h{p}": {"host_ip": self.host_address(p), "switch_ip": "127.0.0.1",
+                                    "contributor": p - 1} for p in self.queues}}
+
+    def _serve(self) -> None:
+        by_ip = {self.host_address(p): p for p in self.queues}
+        while not self._stop.is_set():
+            try:
+                payload, (ip, _) = self.sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if ip in by_ip:
+                self.deliver(by_ip[ip], payload)
+
+    def emit(self, port: int, payload: bytes) -> None:
+        self.sock.sendto(payload, (self.host_address(port), self.agent_udp_port))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()

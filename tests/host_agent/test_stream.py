@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import pytest
 
+from host_agent.fixed_point import NonFiniteError
 from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout
 from passing import protocol as P
 from testbed.loopback import LoopbackSwitch, random_tensors
@@ -92,3 +93,30 @@ def test_integer_tensors_exact_through_the_switch():
     results, _ = run_hosts(switch, tensors)
     exact = np.sum(tensors, axis=0, dtype=np.float64)
     assert all(np.array_equal(r[0], exact) for r in results)
+
+
+def test_nan_on_one_host_fails_the_call_on_every_host_then_the_job_goes_on():
+    switch = LoopbackSwitch(3)
+    streamers = [SlotStreamer(StreamConfig(1, p - 1, 16, 3, rto=2.0), switch.transport(p))
+                 for p in (1, 2, 3)]
+    good = [np.ones(200, np.float32) * (i + 1) for i in range(3)]
+    bad = [g.copy() for g in good]
+    bad[1][150] = np.inf
+    outcome = [None] * 3
+
+    def work(i):
+        try:
+            streamers[i].allreduce(bad[i])
+            outcome[i] = "returned"
+        except NonFiniteError as e:
+            outcome[i] = str(e)
+        outcome[i] = (outcome[i], streamers[i].allreduce(good[i]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert "this host" in outcome[1][0] and "first at flat index 150" in outcome[1][0]
+    assert all("another host had NaN/Inf" in outcome[i][0] for i in (0, 2))
+    assert all(np.array_equal(o[1], np.full(200, 6.0)) for o in outcome)

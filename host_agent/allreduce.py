@@ -1,0 +1,91 @@
+"""PASSING all-reduce for the ranks of one server: in-host pre-aggregation, then the switch.
+
+The G local ranks of a server share a torch.distributed process group (gloo on CPU, NCCL on
+CUDA). `allreduce(tensor)`, called by every local rank:
+
+1. reduces the G local tensors onto the leader (local rank 0) with the local group;
+2. the leader streams the server's sum through the switch (host_agent.stream) and gets the sum
+   over all servers;
+3. the leader broadcasts the result to the local ranks.
+
+A failure on the leader (switch timeout, NaN/Inf) is broadcast as a status first, so that every
+local rank raises instead of waiting forever for a tensor that will not come.
+"""
+
+# No `from __future__ import annotations` here: DDP checks the hook's annotations as objects.
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from host_agent.fixed_point import NonFiniteError
+from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout, Transport
+from host_agent.transport import UdpTransport
+
+_OK, _NONFINITE, _TIMEOUT, _OTHER = 0, 1, 2, 3
+_MESSAGES = {_NONFINITE: "NaN or Inf in the gradients", _TIMEOUT: "the switch did not answer",
+             _OTHER: "the leader failed"}
+
+
+class AllreduceError(RuntimeError):
+    """The all-reduce could not be completed; raised on every local rank."""
+
+
+class PassingAllreduce:
+    def __init__(self, params: dict, host: str, group: dist.ProcessGroup | None = None,
+                 transport: Transport | None = None, **stream_options):
+        """params: the job's agent parameters (passing-ctl job show --json, 'agent_params');
+        host: this server's name in them; group: the local ranks (default: the whole world,
+        i.e. one server)."""
+        if host not in params["hosts"]:
+            raise ValueError(f"host {host} is not in job {params['job_id']} "
+                             f"(hosts: {', '.join(params['hosts'])})")
+        self.group = group
+        self.local_size = dist.get_world_size(group)
+        self.leader = dist.get_global_rank(group, 0) if group is not None else 0
+        self.is_leader = dist.get_rank(group) == 0
+        self.streamer = None
+        if self.is_leader:
+            h = params["hosts"][host]
+            if transport is None:
+                transport = UdpTransport(h["host_ip"], params["agent_port"], h["switch_ip"],
+                                         params["udp_port"])
+            cfg = StreamConfig(params["job_id"], h["contributor"], params["slots"],
+                               params["hosts_total"], local_gpus=self.local_size,
+                               **stream_options)
+            self.streamer = SlotStreamer(cfg, transport)
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum `tensor` over every rank of every server of the job, in place."""
+        dist.reduce(tensor, dst=self.leader, group=self.group)
+        status = torch.zeros(1, dtype=torch.int32, device=tensor.device)
+        message = ""
+        if self.is_leader:
+            try:
+                host_sum = tensor.detach().to("cpu", torch.float64).numpy()
+                total = self.streamer.allreduce(host_sum)
+                tensor.copy_(torch.from_numpy(np.asarray(total).reshape(tensor.shape)))
+            except NonFiniteError as e:
+                status[0], message = _NONFINITE, str(e)
+            except SwitchTimeout as e:
+                status[0], message = _TIMEOUT, str(e)
+            except Exception as e:  # any other failure must not leave the others waiting
+                status[0], message = _OTHER, f"{type(e).__name__}: {e}"
+        dist.broadcast(status, src=self.leader, group=self.group)
+        if int(status[0]) != _OK:
+            raise AllreduceError(message or f"{_MESSAGES[int(status[0])]} (see the leader)")
+        dist.broadcast(tensor, src=self.leader, group=self.group)
+        return tensor
+
+
+def passing_hook(state: tuple[PassingAllreduce, int],
+                 bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: `model.register_comm_hook((passing, world_size), passing_hook)`.
+    Sums the bucket through PASSING and divides by the number of ranks, as DDP's default
+    all-reduce averages."""
+    passing, world_size = state
+    buf = bucket.buffer()
+    passing.allreduce(buf)
+    buf.div_(world_size)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(buf)
+    return fut

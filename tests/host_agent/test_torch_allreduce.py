@@ -1,0 +1,119 @@
+"""G local ranks on each of H servers, real processes with torch.distributed (gloo) for the local
+stage and real UDP to the switch pipeline: allreduce equals the sum over all ranks, and a DDP
+model trained with the PASSING hook ends where DDP's own all-reduce ends."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import socket
+import traceback
+
+import numpy as np
+import pytest
+
+from testbed.loopback import UdpLoopbackSwitch
+
+HOSTS, LOCAL = 2, 2
+WORLD = HOSTS * LOCAL
+
+
+def free_port(kind=socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker(rank: int, port: int, params: dict, out: mp.Queue) -> None:
+    try:
+        import torch
+        import torch.distributed as dist
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from host_agent.allreduce import AllreduceError, PassingAllreduce, passing_hook
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=WORLD)
+        groups = [dist.new_group(list(range(h * LOCAL, (h + 1) * LOCAL))) for h in range(HOSTS)]
+        host = rank // LOCAL
+        passing = PassingAllreduce(params, f"h{host + 1}", groups[host], rto=0.05)
+
+        # Plain allreduce of a tensor whose length is not a multiple of K.
+        t = torch.arange(1000, dtype=torch.float32) * (rank + 1) - 7.5
+        passing.allreduce(t)
+        result = {"rank": rank, "allreduce": t.numpy().copy()}
+
+        # NaN on one rank: every rank gets a clear error, nobody hangs.
+        bad = torch.ones(10)
+        if rank == 3:
+            bad[4] = float("nan")
+        try:
+            passing.allreduce(bad)
+            result["nan"] = "no error"
+        except AllreduceError as e:
+            result["nan"] = str(e)
+
+        def train(hook: bool) -> list[np.ndarray]:
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+            ddp = DDP(model)
+            if hook:
+                ddp.register_comm_hook((passing, WORLD), passing_hook)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            gen = torch.Generator().manual_seed(100 + rank)
+            for _ in range(5):
+                x = torch.randn(8, 16, generator=gen)
+                y = torch.randint(0, 4, (8,), generator=gen)
+                opt.zero_grad()
+                nn.functional.cross_entropy(ddp(x), y).backward()
+                opt.step()
+            return [p.detach().numpy().copy() for p in model.parameters()]
+
+        result["ddp_default"] = train(hook=False)
+        result["ddp_passing"] = train(hook=True)
+        out.put(result)
+        dist.destroy_process_group()
+    except Exception:
+        out.put({"rank": rank, "error": traceback.format_exc()})
+
+
+@pytest.fixture
+def switch():
+    sw = UdpLoopbackSwitch(HOSTS, agent_udp_port=free_port(socket.SOCK_DGRAM), slots=16)
+    yield sw
+    sw.close()
+
+
+def test_local_ranks_allreduce_and_train_with_the_ddp_hook(switch):
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, port, switch.agent_params(), out))
+             for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in range(WORLD):
+            r = out.get(timeout=180)
+            results[r["rank"]] = r
+    except queue.Empty:
+        pytest.fail(f"workers did not finish; got ranks {sorted(results)}")
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    errors = [r["error"] for r in results.values() if "error" in r]
+    assert not errors, errors[0]
+
+    expected = sum(np.arange(1000, dtype=np.float64) * (r + 1) - 7.5 for r in range(WORLD))
+    for r in range(WORLD):
+        assert np.allclose(results[r]["allreduce"], expected, rtol=0, atol=1e-3)
+        assert "NaN/Inf" in results[r]["nan"] or "NaN or Inf" in results[r]["nan"]
+        for a, b in zip(results[r]["ddp_default"], results[r]["ddp_passing"], strict=True):
+            assert np.max(np.abs(a - b)) < 1e-5
+    # Every rank holds the same weights after training, and they moved from the init.
+    assert all(np.array_equal(results[0]["ddp_passing"][0], results[r]["ddp_passing"][0])
+               for r in range(WORLD))
