@@ -56,6 +56,26 @@ class StreamStats:
     ignored: int = 0  # results that matched nothing pending (duplicates, stale)
 
 
+@dataclass
+class _Pending:
+    """The packet a slot is waiting on."""
+
+    frag: int
+    version: int
+    payload: bytes
+    sent: float
+    rto: float
+
+
+_FLAGS_OFFSET = packet.HEADER_DTYPE.fields["flags"][1]  # byte offset of `flags` in the header
+
+
+def _retransmission(payload: bytes) -> bytes:
+    b = bytearray(payload)
+    b[_FLAGS_OFFSET] |= int(P.Flag.RETRANS)
+    return bytes(b)
+
+
 class SlotStreamer:
     def __init__(self, cfg: StreamConfig, transport: Transport):
         self.cfg = cfg
@@ -101,78 +121,90 @@ class SlotStreamer:
         out = np.zeros((nfrag, P.K), dtype=np.float64)
         tag = self.calls % 256
         self.calls += 1
-        zeros = np.zeros(P.K, dtype=np.int32)
-
         # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*window
-        step = [0] * window
-        pending: dict[int, dict] = {}
+        step = np.zeros(window, dtype=np.int64)
+        pending: dict[int, _Pending] = {}
 
-        def packet_for(s: int) -> dict:
-            i = step[s]
-            if i == 0:
-                frag, values, exp = s, zeros, int(local_exp[s])
-            else:
-                frag = s + (i - 1) * window
-                values = zeros if agreed[frag] == fx.POISON else \
-                    fx.quantize(blocks[frag:frag + 1], agreed[frag:frag + 1], s_bits)[0]
-                nxt = frag + window
-                exp = int(local_exp[nxt]) if nxt < nfrag else 0
-            version = int(self.versions[s])
-            fields = dict(job_id=cfg.job_id, slot=s, contributor=cfg.contributor, version=version,
-                          frag=frag, num_contrib=cfg.local_gpus, exp=exp, tag=tag)
-            return {"fields": fields, "values": values, "frag": frag, "version": version,
-                    "rto": cfg.rto, "sent": 0.0}
+        def launch(slots: list[int]) -> None:
+            """Build the next packet of each of `slots` in one vectorized batch and send them."""
+            sl = np.asarray(slots, dtype=np.int64)
+            st = step[sl]
+            frag = np.where(st == 0, sl, sl + (st - 1) * window)
+            data = (st > 0) & (agreed[frag] != fx.POISON)
+            values = np.zeros((sl.size, P.K), dtype=np.int32)
+            if data.any():
+                values[data] = fx.quantize(blocks[frag[data]], agreed[frag[data]], s_bits)
+            nxt = frag + window
+            exp = np.where(st == 0, local_exp[sl],
+                           np.where(nxt < nfrag, local_exp[np.minimum(nxt, nfrag - 1)], 0))
+            versions = self.versions[sl]
+            batch = packet.pack_batch(values, job_id=cfg.job_id, slot=sl,
+                                      contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
+                                      version=versions, frag=frag, num_contrib=cfg.local_gpus,
+                                      exp=exp, tag=tag)
+            now = time.monotonic()
+            for i, row in enumerate(packet.payload_rows(batch)):
+                payload = row.tobytes()
+                self.transport.send(payload)
+                pending[int(sl[i])] = _Pending(int(frag[i]), int(versions[i]), payload, now,
+                                               cfg.rto)
+            self.stats.packets += sl.size
 
-        def send(s: int, retrans: bool = False) -> None:
-            p = pending[s]
-            flags = P.Flag.CONTRIB | (P.Flag.RETRANS if retrans else 0)
-            self.transport.send(packet.pack(p["values"], flags=int(flags), **p["fields"]))
-            p["sent"] = time.monotonic()
-            self.stats.packets += 1
-
-        for s in range(window):
-            pending[s] = packet_for(s)
-            send(s)
+        launch(list(range(window)))
         last_progress = time.monotonic()
         while pending:
             now = time.monotonic()
-            wait = min(p["sent"] + p["rto"] for p in pending.values()) - now
-            for payload in self.transport.recv(max(wait, 0.0)):
-                matched = self._match(payload, pending, tag)
-                if matched is None:
-                    continue
-                s, rec = matched
-                p = pending.pop(s)
-                self.versions[s] ^= 1
-                self.stats.results += 1
+            wait = min(p.sent + p.rto for p in pending.values()) - now
+            done = self._collect(self.transport.recv(max(wait, 0.0)), pending, tag)
+            if done:
                 last_progress = time.monotonic()
-                if step[s] == 0:
-                    agreed[s] = rec["exp"]
-                else:
-                    f = p["frag"]
-                    if agreed[f] != fx.POISON:
-                        out[f] = fx.dequantize(rec["values"].reshape(1, P.K),
-                                               agreed[f:f + 1], s_bits)[0]
-                    if f + window < nfrag:
-                        agreed[f + window] = rec["exp"]
-                step[s] += 1
-                if s + (step[s] - 1) * window < nfrag:
-                    pending[s] = packet_for(s)
-                    send(s)
+                slots = np.array([s for s, _, _ in done], dtype=np.int64)
+                recs = np.stack([r for _, _, r in done])
+                frags = np.array([f for _, f, _ in done], dtype=np.int64)
+                self.versions[slots] ^= 1
+                first = step[slots] == 0
+                agreed[frags[first]] = recs["exp"][first]
+                rest = ~first
+                data = rest & (agreed[frags] != fx.POISON)
+                if data.any():
+                    out[frags[data]] = fx.dequantize(recs["values"][data], agreed[frags[data]],
+                                                     s_bits)
+                ahead = rest & (frags + window < nfrag)
+                agreed[frags[ahead] + window] = recs["exp"][ahead]
+                step[slots] += 1
+                more = slots + (step[slots] - 1) * window < nfrag
+                if more.any():
+                    launch(slots[more].tolist())
             now = time.monotonic()
             if pending and now - last_progress > cfg.deadline:
-                slots = sorted(pending)[:5]
+                waiting = sorted(pending)[:5]
                 raise SwitchTimeout(
                     f"job {cfg.job_id}: no result from the switch for {cfg.deadline:.1f}s "
-                    f"(slots {slots} waiting, {self.stats.retransmissions} retransmissions)")
-            for s, p in pending.items():
-                if now >= p["sent"] + p["rto"]:
-                    p["rto"] = min(p["rto"] * 2, cfg.max_rto)
+                    f"(slots {waiting} waiting, {self.stats.retransmissions} retransmissions)")
+            for p in pending.values():
+                if now >= p.sent + p.rto:
+                    p.rto = min(p.rto * 2, cfg.max_rto)
                     self.stats.retransmissions += 1
-                    send(s, retrans=True)
+                    self.transport.send(_retransmission(p.payload))
+                    p.sent = now
+                    self.stats.packets += 1
         return out, agreed
 
-    def _match(self, payload: bytes, pending: dict[int, dict],
+    def _collect(self, payloads: list[bytes], pending: dict[int, _Pending],
+                 tag: int) -> list[tuple[int, int, np.void]]:
+        """(slot, fragment, record) of each payload that is the awaited result of a slot; the
+        slot leaves `pending`. Anything else is counted as ignored."""
+        done = []
+        for payload in payloads:
+            matched = self._match(payload, pending, tag)
+            if matched is None:
+                continue
+            s, rec = matched
+            done.append((s, pending.pop(s).frag, rec))
+            self.stats.results += 1
+        return done
+
+    def _match(self, payload: bytes, pending: dict[int, _Pending],
                tag: int) -> tuple[int, np.void] | None:
         try:
             rec = packet.unpack(payload)
@@ -182,7 +214,7 @@ class SlotStreamer:
         s = int(rec["slot"])
         p = pending.get(s)
         if (p is None or rec["job_id"] != self.cfg.job_id or rec["flags"] != P.Flag.RESULT
-                or rec["version"] != p["version"] or rec["frag"] != p["frag"]
+                or rec["version"] != p.version or rec["frag"] != p.frag
                 or rec["tag"] != tag):
             self.stats.ignored += 1
             return None

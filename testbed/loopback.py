@@ -123,13 +123,14 @@ class UdpLoopbackSwitch(LoopbackSwitch):
     def host_address(port: int) -> str:
         return f"127.0.0.{10 + port}"
 
-    def agent_params(self) -> dict:
+    def agent_params(self, local_gpus: int = 1) -> dict:
         """The job parameters a controller would hand to the agents (docs/controller.md)."""
         return {"job_id": self.job_id, "udp_port": self.address[1],
                 "agent_port": self.agent_udp_port, "k": P.K, "slots": self.slots,
                 "hosts_total": len(self.queues),
                 "hosts": {f"h{p}": {"host_ip": self.host_address(p), "switch_ip": "127.0.0.1",
-                                    "contributor": p - 1} for p in self.queues}}
+                                    "contributor": p - 1, "local_gpus": local_gpus}
+                          for p in self.queues}}
 
     def _serve(self) -> None:
         by_ip = {self.host_address(p): p for p in self.queues}

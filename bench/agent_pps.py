@@ -1,0 +1,104 @@
+"""Packets per second one host agent can stream, against a local sink that answers every
+contribution at once with a result (as a switch with fan-in 1 would).
+
+    python -m bench.agent_pps [--size 4M] [--slots 256] [--sink udp|memory]
+
+`memory`: the agent's own cost (fixed point, packing, matching, window) without syscalls.
+`udp`: the same over real UDP on 127.0.0.1, the echo running in a thread of this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+from host_agent.cli import parse_size
+from host_agent.stream import SlotStreamer, StreamConfig
+from host_agent.transport import UdpTransport
+from passing import packet
+from passing import protocol as P
+
+_FLAGS_OFFSET = packet.HEADER_DTYPE.fields["flags"][1]  # byte offset of `flags`
+
+
+def as_result(payload: bytes) -> bytes:
+    b = bytearray(payload)
+    b[_FLAGS_OFFSET] = int(P.Flag.RESULT)
+    return bytes(b)
+
+
+class MemorySink:
+    def __init__(self):
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+
+    def send(self, payload: bytes) -> None:
+        self.q.put(as_result(payload))
+
+    def recv(self, timeout: float) -> list[bytes]:
+        out = []
+        try:
+            out.append(self.q.get(timeout=timeout))
+            while True:
+                out.append(self.q.get_nowait())
+        except queue.Empty:
+            return out
+
+
+def udp_echo() -> tuple[socket.socket, threading.Event]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                payload, addr = sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            sock.sendto(as_result(payload), addr)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return sock, stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=parse_size, default=parse_size("1M"))
+    ap.add_argument("--slots", type=int, default=256)
+    ap.add_argument("--sink", choices=["memory", "udp"], default="memory")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    echo = None
+    if args.sink == "udp":
+        echo, stop = udp_echo()
+        transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", echo.getsockname()[1])
+    else:
+        transport = MemorySink()
+    streamer = SlotStreamer(StreamConfig(1, 0, args.slots, 1, rto=1.0), transport)
+    x = np.random.default_rng(0).standard_normal(args.size).astype(np.float32)
+    t0 = time.perf_counter()
+    y = streamer.allreduce(x)
+    dt = time.perf_counter() - t0
+    if echo is not None:
+        stop.set()
+    assert np.allclose(y, x, rtol=0, atol=1e-5 * float(np.max(np.abs(x))))
+    pkts = streamer.stats.packets
+    res = {"sink": args.sink, "values": args.size, "packets": pkts, "seconds": round(dt, 3),
+           "pps": round(pkts / dt), "value_gbps": round(args.size * 32 / dt / 1e9, 3)}
+    print(json.dumps(res) if args.json else
+          f"agent -> {args.sink} sink: {res['pps']} packets/s ({pkts} packets, "
+          f"{res['value_gbps']} Gbit/s of float32 values)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""`passing-agent`: run timed PASSING all-reduces on this host with G local ranks.
+
+Every host of the job runs it at the same time with the same --size, --iters and --seed. Each
+local rank fills its tensor from (seed, host, rank), so each host can compute the exact global
+sum with numpy and check what came back through the switch.
+
+Exit codes: 0 correct result, 1 wrong result or the switch did not answer, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
+           "  passing-agent --params job7.json --host h1 --size 4M --iters 5")
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([KkMm]?)", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"size must be a number of float32 values with an "
+                                         f"optional K or M suffix (e.g. 4M), got {text!r}")
+    n = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20}[m.group(2).lower()]
+    if n < 1:
+        raise argparse.ArgumentTypeError("size must be at least 1")
+    return n
+
+
+def rank_tensor(seed: int, host_index: int, rank: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, host_index, rank]).standard_normal(n).astype(np.float32)
+
+
+def expected_sum(params: dict, seed: int, n: int) -> tuple[np.ndarray, float, int]:
+    """(exact float64 sum over every rank of every host, largest |value|, contributors)."""
+    total = np.zeros(n)
+    largest, count = 0.0, 0
+    for idx, (_, h) in enumerate(sorted(params["hosts"].items())):
+        for g in range(h.get("local_gpus", 1)):
+            t = rank_tensor(seed, idx, g, n)
+            total += t
+            largest = max(largest, float(np.max(np.abs(t))))
+            count += 1
+    return total, largest, count
+
+
+def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
+    try:
+        import torch
+        import torch.distributed as dist
+
+        from host_agent.allreduce import PassingAllreduce
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+        params = args["params"]
+        passing = PassingAllreduce(params, args["host"], rto=args["rto"],
+                                   deadline=args["timeout"])
+        host_index = sorted(params["hosts"]).index(args["host"])
+        base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
+        times = []
+        for it in range(args["iters"] + 1):  # the first call warms up and is not timed
+            t = base.clone()
+            dist.barrier()
+            t0 = time.perf_counter()
+            passing.allreduce(t)
+            if it:
+                times.append(time.perf_counter() - t0)
+        if rank == 0:
+            exact, largest, count = expected_sum(params, args["seed"], args["size"])
+            err = float(np.max(np.abs(t.numpy().astype(np.float64) - exact)))
+            stats = passing.streamer.stats
+            out.put({"ok": True, "rank": 0, "times": times, "max_error": err,
+                     "tolerance": 1e-5 * largest * count, "contributors": count,
+                     "packets": stats.packets, "retransmissions": stats.retransmissions})
+        dist.destroy_process_group()
+    except Exception as e:
+        out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
+
+
+def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
+        timeout: float) -> dict:
+    gpus = params["hosts"][host].get("local_gpus", 1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    job = {"params": params, "host": host, "size": size, "iters": iters, "seed": seed,
+           "rto": rto, "timeout": timeout}
+    procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
+    for p in procs:
+        p.start()
+    try:
+        # The leader's report says most (its error names the switch); others only if it has none.
+        reports = []
+        while not any(r.get("rank") == 0 for r in reports) and len(reports) < gpus:
+            reports.append(out.get(timeout=timeout * (iters + 2) + 120))
+        res = next((r for r in reports if r.get("rank") == 0), reports[0])
+    finally:
+        for p in procs:
+            p.join(timeout + 10)
+            if p.is_alive():
+                p.kill()
+    if not res["ok"]:
+        return res
+    mean = float(np.mean(res["times"]))
+    nbytes = size * 4
+    res.update({"host": host, "local_ranks": gpus, "size": size, "bytes": nbytes,
+                "iters": iters, "mean_s": mean, "goodput_gbps": nbytes * 8 / mean / 1e9,
+                "correct": res["max_error"] <= res["tolerance"]})
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="passing-agent", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run timed PASSING all-reduces on this host: G local ranks pre-aggregate "
+                    "with torch.distributed, the leader streams through the switch.",
+        epilog="example:\n  " + EXAMPLE)
+    ap.add_argument("--params", required=True,
+                    help="the job's agent parameters (JSON from passing-ctl)")
+    ap.add_argument("--host", required=True, help="this host's name in the job")
+    ap.add_argument("--size", type=parse_size, default=parse_size("1M"),
+                    help="float32 values per tensor, K/M suffixes (default 1M)")
+    ap.add_argument("--iters", type=int, default=3, help="timed all-reduces (default 3)")
+    ap.add_argument("--seed", type=int, default=0, help="same on every host (default 0)")
+    ap.add_argument("--rto", type=float, default=0.05,
+                    help="first retransmission timeout in seconds (default 0.05)")
+    ap.add_argument("--timeout", type=float, default=10.0,
+                    help="give up after this many seconds without progress (default 10)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    args = ap.parse_args(argv)
+    try:
+        params = json.loads(Path(args.params).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        ap.error(f"--params: {e}")
+    if args.host not in params.get("hosts", {}):
+        ap.error(f"--host: {args.host} is not in job {params.get('job_id')} "
+                 f"(hosts: {', '.join(params.get('hosts', {}))})")
+    if args.iters < 1:
+        ap.error("--iters must be at least 1")
+    res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout)
+    if args.json:
+        print(json.dumps(res))
+    elif not res["ok"]:
+        print(f"passing-agent: {res['error']}", file=sys.stderr)
+    else:
+        print(f"{args.host}: {res['local_ranks']} local ranks, {res['bytes'] / 2**20:.1f} MiB, "
+              f"{res['mean_s'] * 1e3:.1f} ms per all-reduce, {res['goodput_gbps']:.3f} Gbit/s, "
+              f"{'correct' if res['correct'] else 'WRONG'} (max error {res['max_error']:.2e}, "
+              f"tolerance {res['tolerance']:.2e}), {res['retransmissions']} retransmissions")
+    return 0 if res.get("ok") and res.get("correct") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

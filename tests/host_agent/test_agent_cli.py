@@ -1,0 +1,61 @@
+"""passing-agent on two hosts at once, each with two local ranks, through the switch pipeline
+over real UDP: both report a correct sum; bad arguments and a missing peer end clearly."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from passing.pipeline_files import REPO
+from testbed.loopback import UdpLoopbackSwitch
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def params_file(tmp_path):
+    sw = UdpLoopbackSwitch(2, agent_udp_port=free_udp_port(), slots=32)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(sw.agent_params(local_gpus=2)))
+    yield path
+    sw.close()
+
+
+def agent(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "host_agent.cli", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_hosts_get_the_correct_sum(params_file):
+    procs = [agent("--params", str(params_file), "--host", h, "--size", "3K", "--iters", "2",
+                   "--json") for h in ("h1", "h2")]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        res = json.loads(out)
+        assert res["correct"] and res["contributors"] == 4 and res["local_ranks"] == 2
+        assert res["size"] == 3072 and res["goodput_gbps"] > 0
+
+
+def test_bad_arguments_exit_2(params_file):
+    for args, message in [(["--host", "h9"], "h9 is not in job"),
+                          (["--host", "h1", "--size", "4X"], "size must be"),
+                          (["--host", "h1", "--iters", "0"], "--iters must be")]:
+        p = agent("--params", str(params_file), *args)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 2 and message in err, err
+
+
+def test_a_host_alone_times_out_clearly(params_file):
+    p = agent("--params", str(params_file), "--host", "h1", "--size", "100", "--iters", "1",
+              "--timeout", "1", "--rto", "0.05")
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1 and "no result from the switch" in err
