@@ -3,6 +3,7 @@ job's agent port."""
 
 from __future__ import annotations
 
+import errno
 import select
 import socket
 
@@ -22,9 +23,17 @@ class UdpTransport:
             self.sock.close()
             raise OSError(f"cannot receive on {host_ip}:{agent_port}: {e.strerror}") from None
         self.sock.setblocking(False)
+        self.dropped_on_send = 0
 
     def send(self, payload: bytes) -> None:
-        self.sock.sendto(payload, self.peer)
+        try:
+            self.sock.sendto(payload, self.peer)
+        except OSError as e:
+            # A packet dropped on the way out (full queue, a firewall's drop): lost like on a
+            # wire, and the slot's timer resends it. Anything else is a real error.
+            if e.errno not in (errno.EPERM, errno.ENOBUFS, errno.EAGAIN):
+                raise
+            self.dropped_on_send += 1
 
     def recv(self, timeout: float) -> list[bytes]:
         out = []
