@@ -59,13 +59,21 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
 
         from host_agent.allreduce import PassingAllreduce
 
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
+        # the code path is the same (PassingAllreduce moves the leader's sum to the CPU).
+        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
+        device = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if cuda else "gloo",
+                                init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world)
         params = args["params"]
         passing = PassingAllreduce(params, args["host"], rto=args["rto"],
                                    deadline=args["timeout"])
         host_index = sorted(params["hosts"]).index(args["host"])
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
+        base = base.to(device)
         times = []
         for it in range(args["iters"] + 1):  # the first call warms up and is not timed
             t = base.clone()
@@ -76,9 +84,10 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
                 times.append(time.perf_counter() - t0)
         if rank == 0:
             exact, largest, count = expected_sum(params, args["seed"], args["size"])
-            err = float(np.max(np.abs(t.numpy().astype(np.float64) - exact)))
+            err = float(np.max(np.abs(t.cpu().numpy().astype(np.float64) - exact)))
             stats = passing.streamer.stats
-            out.put({"ok": True, "rank": 0, "times": times, "max_error": err,
+            out.put({"ok": True, "rank": 0, "device": str(device), "times": times,
+                     "max_error": err,
                      "tolerance": 1e-5 * largest * count, "contributors": count,
                      "packets": stats.packets, "retransmissions": stats.retransmissions})
         dist.destroy_process_group()

@@ -44,6 +44,12 @@ def worker(rank: int, port: int, params: dict, out: mp.Queue) -> None:
         passing.allreduce(t)
         result = {"rank": rank, "allreduce": t.numpy().copy()}
 
+        # Half precision is summed in fixed point and comes back in its own dtype.
+        for dtype in (torch.float16, torch.bfloat16):
+            h = torch.full((100,), 0.5 * (rank + 1), dtype=dtype)
+            passing.allreduce(h)
+            result[str(dtype)] = (h.dtype == dtype, h.float().numpy().copy())
+
         # NaN on one rank: every rank gets a clear error, nobody hangs.
         bad = torch.ones(10)
         if rank == 3:
@@ -112,6 +118,9 @@ def test_local_ranks_allreduce_and_train_with_the_ddp_hook(switch):
     for r in range(WORLD):
         assert np.allclose(results[r]["allreduce"], expected, rtol=0, atol=1e-3)
         assert "NaN/Inf" in results[r]["nan"] or "NaN or Inf" in results[r]["nan"]
+        for dtype in ("torch.float16", "torch.bfloat16"):
+            same_dtype, values = results[r][dtype]
+            assert same_dtype and np.all(values == 0.5 * (1 + 2 + 3 + 4))
         for a, b in zip(results[r]["ddp_default"], results[r]["ddp_passing"], strict=True):
             assert np.max(np.abs(a - b)) < 1e-5
     # Every rank holds the same weights after training, and they moved from the init.
