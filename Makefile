@@ -7,7 +7,7 @@ P4_SRCS := $(wildcard p4src/*.p4 p4src/include/*.p4)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test lint bench-bmv2 bench-model run-topology clean
+.PHONY: help setup build update-p4info test lint bench-bmv2 bench-model run-topology stop clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -17,7 +17,9 @@ help:
 	@echo "make lint          ruff"
 	@echo "make bench-bmv2    aggregation packets/s vs plain forwarding on the same BMv2"
 	@echo "make bench-model   the same for the software switch model"
-	@echo "make run-topology  start a Mininet topology (not yet available)"
+	@echo "make run-topology  Mininet + switches + controller + a default job, then the CLI"
+	@echo "                   (TOPO=star|leafspine, TARGET=auto|bmv2|model)"
+	@echo "make stop          clean up after a run: Mininet, switch processes, namespaces"
 
 setup:
 	./scripts/setup.sh
@@ -52,9 +54,14 @@ bench-model:
 	@mkdir -p $(BUILD)
 	$(PY) -m bench.switch_pps --target model --json-out $(BUILD)/bench-model.json
 
+TOPO ?= star
+TARGET ?= auto
 run-topology:
-	@echo "make run-topology: the Mininet topologies are not implemented yet (see the issue tracker)."
-	@exit 2
+	@[ "$$(id -u)" = 0 ] || { echo "make run-topology: Mininet needs root (sudo make run-topology)"; exit 2; }
+	$(PY) -m topologies.run --topo topologies/$(TOPO).json --target $(TARGET)
+
+stop:
+	./scripts/stop.sh
 
 clean:
 	rm -rf $(BUILD)

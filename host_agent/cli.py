@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=3, help="timed all-reduces (default 3)")
     ap.add_argument("--seed", type=int, default=0, help="same on every host (default 0)")
     ap.add_argument("--rto", type=float, default=0.05,
-                    help="first retransmission timeout in seconds (default 0.05)")
+                    help="retransmission timeout until round trips are measured, seconds "
+                         "(default 0.05)")
     ap.add_argument("--timeout", type=float, default=10.0,
                     help="give up after this many seconds without progress (default 10)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")

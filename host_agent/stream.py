@@ -43,8 +43,9 @@ class StreamConfig:
     slots: int  # the job's window W
     streams: int  # hosts of the job: contributions summed by the switches
     local_gpus: int = 1  # carried in num_contrib
-    rto: float = 0.02  # first retransmission timeout, seconds
-    max_rto: float = 0.5
+    rto: float = 0.02  # retransmission timeout until round trips have been measured, seconds
+    min_rto: float = 0.005
+    max_rto: float = 1.0
     deadline: float = 10.0  # seconds without any progress before giving up
 
 
@@ -65,6 +66,7 @@ class _Pending:
     payload: bytes
     sent: float
     rto: float
+    resent: bool = False
 
 
 _FLAGS_OFFSET = packet.HEADER_DTYPE.fields["flags"][1]  # byte offset of `flags` in the header
@@ -83,6 +85,19 @@ class SlotStreamer:
         self.versions = np.zeros(cfg.slots, dtype=np.uint8)
         self.calls = 0
         self.stats = StreamStats()
+        # Round-trip estimate (TCP's, RFC 6298): the timer follows the switch's queueing delay,
+        # so a slow switch (BMv2) is not flooded with resends that only make it slower.
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.rto = cfg.rto
+
+    def _sample_rtt(self, rtt: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.rto = min(max(self.srtt + 4 * self.rttvar, self.cfg.min_rto), self.cfg.max_rto)
 
     def allreduce(self, x: np.ndarray) -> np.ndarray:
         """The element-wise sum of `x` over every host of the job, as float64. NaN or Inf on
@@ -147,7 +162,7 @@ class SlotStreamer:
                 payload = row.tobytes()
                 self.transport.send(payload)
                 pending[int(sl[i])] = _Pending(int(frag[i]), int(versions[i]), payload, now,
-                                               cfg.rto)
+                                               self.rto)
             self.stats.packets += sl.size
 
         launch(list(range(window)))
@@ -184,6 +199,7 @@ class SlotStreamer:
             for p in pending.values():
                 if now >= p.sent + p.rto:
                     p.rto = min(p.rto * 2, cfg.max_rto)
+                    p.resent = True
                     self.stats.retransmissions += 1
                     self.transport.send(_retransmission(p.payload))
                     p.sent = now
@@ -200,7 +216,10 @@ class SlotStreamer:
             if matched is None:
                 continue
             s, rec = matched
-            done.append((s, pending.pop(s).frag, rec))
+            p = pending.pop(s)
+            if not p.resent:  # Karn: a resent packet's round trip is ambiguous
+                self._sample_rtt(time.monotonic() - p.sent)
+            done.append((s, p.frag, rec))
             self.stats.results += 1
         return done
 

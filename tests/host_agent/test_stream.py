@@ -51,7 +51,7 @@ def test_allreduce_without_loss(hosts, n):
     tensors = random_tensors(hosts, n, seed=n)
     switch = LoopbackSwitch(hosts)
     # A timer far above the in-process round trip: without loss nothing is resent.
-    results, streamers = run_hosts(switch, tensors, calls=2, rto=2.0)
+    results, streamers = run_hosts(switch, tensors, calls=2, rto=2.0, min_rto=2.0)
     check(results, tensors)
     assert all(s.stats.retransmissions == 0 for s in streamers)
 
@@ -97,7 +97,8 @@ def test_integer_tensors_exact_through_the_switch():
 
 def test_nan_on_one_host_fails_the_call_on_every_host_then_the_job_goes_on():
     switch = LoopbackSwitch(3)
-    streamers = [SlotStreamer(StreamConfig(1, p - 1, 16, 3, rto=2.0), switch.transport(p))
+    streamers = [SlotStreamer(StreamConfig(1, p - 1, 16, 3, rto=2.0, min_rto=2.0),
+                              switch.transport(p))
                  for p in (1, 2, 3)]
     good = [np.ones(200, np.float32) * (i + 1) for i in range(3)]
     bad = [g.copy() for g in good]

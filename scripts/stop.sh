@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Clean up after `make run-topology`, also after Ctrl-C or a crash: the switch processes this
+# project started (pid files under runs/), then Mininet's own leftovers (hosts, links).
+set -u
+cd "$(dirname "$0")/.."
+for pidfile in runs/*/*.pid; do
+    [ -e "$pidfile" ] || continue
+    pid=$(cat "$pidfile")
+    # Only a process that is still one of ours: a switch model or simple_switch_grpc.
+    if grep -qaE 'switch_model|simple_switch_grpc' "/proc/$pid/cmdline" 2>/dev/null; then
+        kill "$pid" 2>/dev/null && echo "stopped switch process $pid ($pidfile)"
+    fi
+    rm -f "$pidfile"
+done
+if command -v mn >/dev/null 2>&1; then
+    mn -c >/dev/null 2>&1 && echo "mininet cleaned up (mn -c)"
+fi
+exit 0

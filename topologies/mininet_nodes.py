@@ -1,0 +1,108 @@
+"""Mininet switch nodes running the PASSING pipeline: BMv2 (`simple_switch_grpc --no-p4`, the
+pipeline pushed by the controller over P4Runtime) or the software model. Each gets its own gRPC
+port on 127.0.0.1; logs (and BMv2 pcaps, when asked) go under the run directory."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+from mininet.node import Switch
+
+GRPC_PORT_BASE = 50001
+
+
+def bmv2_available() -> bool:
+    return all(shutil.which(b) for b in ("simple_switch_grpc", "p4c-bm2-ss"))
+
+
+def pick_target(target: str) -> tuple[str, str]:
+    """('bmv2'|'model', why)."""
+    if target == "auto":
+        if bmv2_available():
+            return "bmv2", "auto: simple_switch_grpc and p4c-bm2-ss found"
+        return "model", "auto: BMv2/p4c not installed, using the software model"
+    if target == "bmv2" and not bmv2_available():
+        raise SystemExit("TARGET=bmv2 but simple_switch_grpc or p4c-bm2-ss is not on PATH")
+    if target not in ("bmv2", "model"):
+        raise SystemExit(f"unknown target {target!r}: use auto, bmv2 or model")
+    return target, f"{target}: as asked"
+
+
+class PassingSwitch(Switch):
+    """Base: a switch process attached to the node's Mininet interfaces by port number."""
+
+    def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
+                 pcap: bool = False, log: bool = False, **kw):
+        kw.setdefault("dpid", f"{device_id + 1:016x}")  # names like "spine" have no digits
+        super().__init__(name, **kw)
+        self.device_id = device_id
+        self.grpc_port = grpc_port
+        self.run_dir = Path(run_dir)
+        self.pcap = pcap
+        self.log = log
+        self.proc = None
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def port_args(self) -> list[str]:
+        args = []
+        for intf in self.intfList():
+            if intf.name != "lo":
+                args += ["-i", f"{self.ports[intf]}@{intf.name}"]
+        return args
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, controllers) -> None:
+        for intf in self.intfList():
+            if intf.name != "lo":
+                self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
+        log = open(self.run_dir / f"{self.name}.log", "w")
+        self.proc = self.popen(self.command(), stdout=log, stderr=log)
+        # `make stop` kills exactly the processes recorded here.
+        (self.run_dir / f"{self.name}.pid").write_text(f"{self.proc.pid}\n")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"switch {self.name} exited; see {log.name}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.grpc_port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"switch {self.name}: no gRPC server on {self.grpc_address}")
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's name)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except Exception:
+                self.proc.kill()
+        (self.run_dir / f"{self.name}.pid").unlink(missing_ok=True)
+        super().stop(deleteIntfs)
+
+
+class BMv2Switch(PassingSwitch):
+    def command(self) -> list[str]:
+        cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--no-p4",
+               "--thrift-port", str(self.grpc_port + 1000), *self.port_args()]
+        if self.log:  # a log line per table and action of every packet: slow, for debugging
+            cmd += ["--log-file", str(self.run_dir / f"{self.name}-bmv2"), "--log-flush"]
+        if self.pcap:
+            cmd += ["--pcap", str(self.run_dir)]
+        return [*cmd, "--", "--grpc-server-addr", self.grpc_address]
+
+
+class ModelSwitch(PassingSwitch):
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "switch_model", "--device-id", str(self.device_id),
+                *self.port_args(), "--grpc-server-addr", self.grpc_address,
+                "--inspect-addr", f"127.0.0.1:{self.grpc_port + 1000}",
+                "--log-level", "INFO" if self.log else "WARNING"]
