@@ -139,51 +139,56 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 def run(args) -> tuple[object, str]:
     """(JSON-able result, human text)."""
     with load_controller(args) as ctl:
-        if args.cmd == "switches":
-            rows = ctl.switch_status()
-            for r in rows:
-                r["status"] = ("pipeline loaded" if r["pipeline"] == "ours" else
-                               "no pipeline" if r["pipeline"] == "none" else
-                               "another pipeline" if r["pipeline"] else
-                               "UNREACHABLE: " + r.get("error", ""))
-            return rows, _table(rows, ["switch", "role", "address", "device_id", "status"])
-        if args.cmd == "prepare":
-            res = {name: ctl.prepare(name) for name in ctl.topo.switches}
-            return res, "\n".join(f"{n}: pipeline {v}, forwarding installed"
-                                  for n, v in res.items())
-        if args.cmd == "job":
-            return run_job(ctl, args)
-        if args.cmd == "slots":
-            res, text = {}, []
-            for name, alloc in ctl.slots().items():
-                res[name] = {"capacity": alloc.capacity, "used": alloc.used(),
-                             "jobs": {j: [r.base, r.size] for j, r in alloc.allocations().items()},
-                             "free": [[r.base, r.size] for r in alloc.free_ranges()]}
-                text.append(f"{name}: {alloc.used()}/{alloc.capacity} slots used, fair share "
-                            f"{alloc.fair_share()}\n{alloc.occupancy_map()}")
-            return res, "\n\n".join(text)
-        if args.cmd == "stats":
-            ids = [args.job_id] if args.job_id is not None else [j.job_id for j in ctl.store.jobs()]
-            res = {jid: ctl.stats(jid) for jid in ids}
-            rows = [{"job": jid, "switch": sw, **counts}
-                    for jid, per in res.items() for sw, counts in per.items()]
-            cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
-                    "job_result_retransmits", "job_uplink", "job_downlink"]
-            drops = [{"job": r["job"], "switch": r["switch"],
-                      **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in rows]
-            text = _table(rows, cols) if rows else "no jobs"
-            if rows:
-                text += "\n\ndrops:\n" + _table(drops, list(drops[0]))
-            return res, text
-        if args.cmd == "reconcile":
-            rep = ctl.reconcile(fix=not args.dry_run)
-            lines = []
-            for name, entry in rep.items():
-                lines.append(f"{name}: " + (", ".join(entry.get("pipeline", [])) or "checked"))
-                lines += [f"  repaired {x}" for x in entry["repaired"]]
-                lines += [f"  STRAY {x} (not removed)" for x in entry["stray"]]
-                lines += [f"  ERROR {x}" for x in entry["errors"]]
-            return rep, "\n".join(lines)
+        return run_with(ctl, args)
+
+
+def run_with(ctl: Controller, args) -> tuple[object, str]:
+    """One command against an existing controller (also used by the Mininet CLI)."""
+    if args.cmd == "switches":
+        rows = ctl.switch_status()
+        for r in rows:
+            r["status"] = ("pipeline loaded" if r["pipeline"] == "ours" else
+                           "no pipeline" if r["pipeline"] == "none" else
+                           "another pipeline" if r["pipeline"] else
+                           "UNREACHABLE: " + r.get("error", ""))
+        return rows, _table(rows, ["switch", "role", "address", "device_id", "status"])
+    if args.cmd == "prepare":
+        res = {name: ctl.prepare(name) for name in ctl.topo.switches}
+        return res, "\n".join(f"{n}: pipeline {v}, forwarding installed"
+                              for n, v in res.items())
+    if args.cmd == "job":
+        return run_job(ctl, args)
+    if args.cmd == "slots":
+        res, text = {}, []
+        for name, alloc in ctl.slots().items():
+            res[name] = {"capacity": alloc.capacity, "used": alloc.used(),
+                         "jobs": {j: [r.base, r.size] for j, r in alloc.allocations().items()},
+                         "free": [[r.base, r.size] for r in alloc.free_ranges()]}
+            text.append(f"{name}: {alloc.used()}/{alloc.capacity} slots used, fair share "
+                        f"{alloc.fair_share()}\n{alloc.occupancy_map()}")
+        return res, "\n\n".join(text)
+    if args.cmd == "stats":
+        ids = [args.job_id] if args.job_id is not None else [j.job_id for j in ctl.store.jobs()]
+        res = {jid: ctl.stats(jid) for jid in ids}
+        rows = [{"job": jid, "switch": sw, **counts}
+                for jid, per in res.items() for sw, counts in per.items()]
+        cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
+                "job_result_retransmits", "job_uplink", "job_downlink"]
+        drops = [{"job": r["job"], "switch": r["switch"],
+                  **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in rows]
+        text = _table(rows, cols) if rows else "no jobs"
+        if rows:
+            text += "\n\ndrops:\n" + _table(drops, list(drops[0]))
+        return res, text
+    if args.cmd == "reconcile":
+        rep = ctl.reconcile(fix=not args.dry_run)
+        lines = []
+        for name, entry in rep.items():
+            lines.append(f"{name}: " + (", ".join(entry.get("pipeline", [])) or "checked"))
+            lines += [f"  repaired {x}" for x in entry["repaired"]]
+            lines += [f"  STRAY {x} (not removed)" for x in entry["stray"]]
+            lines += [f"  ERROR {x}" for x in entry["errors"]]
+        return rep, "\n".join(lines)
     raise AssertionError(args.cmd)
 
 
@@ -222,10 +227,11 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
     raise AssertionError(args.job_cmd)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, ctl: Controller | None = None) -> int:
+    """passing-ctl; with `ctl`, the command runs on that controller (no --config needed)."""
     args = build_parser().parse_args(argv)
     try:
-        result, text = run(args)
+        result, text = run_with(ctl, args) if ctl is not None else run(args)
     except SwitchFailure as e:
         print(f"passing-ctl: {e}", file=sys.stderr)
         return EXIT_SWITCH

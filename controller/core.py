@@ -67,10 +67,15 @@ class Controller:
         self._conns: dict[str, SwitchConnection] = {}
 
     # -- connections ----------------------------------------------------------------------------
-    def close(self) -> None:
+    def disconnect(self) -> None:
+        """Give up the switch sessions (and mastership), e.g. while idle, so that another
+        controller process (passing-ctl in another shell) can take them."""
         for c in self._conns.values():
             c.close()
         self._conns.clear()
+
+    def close(self) -> None:
+        self.disconnect()
         self.store.close()
 
     def __enter__(self) -> Controller:

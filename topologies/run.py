@@ -62,7 +62,13 @@ class PassingCLI(CLI):
         report_allreduce(self.pnet.allreduce(args.size, args.job, args.iters))
 
     def _ctl(self, *argv: str) -> None:
-        ctl_cli.main(["--config", str(self.pnet.config_file()), *argv])
+        ctl_cli.main(list(argv), ctl=self.pnet.ctl)
+        self.pnet.ctl.disconnect()
+
+    def postcmd(self, stop, line):
+        # Idle between commands: let passing-ctl in another shell take the switches.
+        self.pnet.ctl.disconnect()
+        return super().postcmd(stop, line)
 
     def do_jobs(self, line: str) -> None:
         """jobs: the controller's job table."""
@@ -112,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         pnet.start()
         params = pnet.create_job(1, window=args.window)
         print(f"*** job 1 over {', '.join(topo.hosts)}; agent parameters in {params}")
+        pnet.ctl.disconnect()
         print(f"*** passing-ctl --config {pnet.config_file()} ... works from another shell")
         if args.no_cli:
             return 0 if report_allreduce(pnet.allreduce("64K")) else 1
