@@ -7,7 +7,7 @@ P4_SRCS := $(wildcard p4src/*.p4 p4src/include/*.p4)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test lint bench-bmv2 bench-model run-topology stop clean
+.PHONY: help setup build update-p4info test lint bench-bmv2 bench-model run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -20,6 +20,7 @@ help:
 	@echo "make run-topology  Mininet + switches + controller + a default job, then the CLI"
 	@echo "                   (TOPO=star|leafspine, TARGET=auto|bmv2|model)"
 	@echo "make stop          clean up after a run: Mininet, switch processes, namespaces"
+	@echo "make docker-run-topology  the same on BMv2 inside the p4lang Docker images"
 
 setup:
 	./scripts/setup.sh
@@ -62,6 +63,11 @@ run-topology:
 
 stop:
 	./scripts/stop.sh
+
+# The BMv2 setup for a user with Docker and no toolchain (see docker/Dockerfile).
+docker-run-topology:
+	docker build -f docker/Dockerfile -t passing .
+	docker run --rm -it --privileged passing make run-topology TOPO=$(TOPO) TARGET=bmv2
 
 clean:
 	rm -rf $(BUILD)
