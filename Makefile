@@ -59,6 +59,7 @@ TOPO ?= star
 TARGET ?= auto
 run-topology:
 	@[ "$$(id -u)" = 0 ] || { echo "make run-topology: Mininet needs root (sudo make run-topology)"; exit 2; }
+	@./scripts/stop.sh >/dev/null  # whatever an interrupted run left behind
 	$(PY) -m topologies.run --topo topologies/$(TOPO).json --target $(TARGET)
 
 stop:

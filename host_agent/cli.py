@@ -70,6 +70,7 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
                                 world_size=world)
         params = args["params"]
         passing = PassingAllreduce(params, args["host"], rto=args["rto"],
+                                   min_rto=min(args["min_rto"], args["rto"]),
                                    deadline=args["timeout"])
         host_index = sorted(params["hosts"]).index(args["host"])
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
@@ -96,7 +97,7 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
 
 
 def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
-        timeout: float) -> dict:
+        timeout: float, min_rto: float = 0.02) -> dict:
     gpus = params["hosts"][host].get("local_gpus", 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -104,7 +105,7 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     job = {"params": params, "host": host, "size": size, "iters": iters, "seed": seed,
-           "rto": rto, "timeout": timeout}
+           "rto": rto, "min_rto": min_rto, "timeout": timeout}
     procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
     for p in procs:
         p.start()
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rto", type=float, default=0.05,
                     help="retransmission timeout until round trips are measured, seconds "
                          "(default 0.05)")
+    ap.add_argument("--min-rto", type=float, default=0.02,
+                    help="lower bound of the measured retransmission timeout (default 0.02)")
     ap.add_argument("--timeout", type=float, default=10.0,
                     help="give up after this many seconds without progress (default 10)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"(hosts: {', '.join(params.get('hosts', {}))})")
     if args.iters < 1:
         ap.error("--iters must be at least 1")
-    res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout)
+    res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout,
+              args.min_rto)
     if args.json:
         print(json.dumps(res))
     elif not res["ok"]:
