@@ -17,31 +17,16 @@ import time
 
 import numpy as np
 
-from controller.tables.admission import JobConfig
 from passing import protocol as P
-from switch_model.cli import build_pipeline, load_p4info
-from switch_model.state import Action
-from testbed.jobs import agent_port, contribution, host_ip, host_mac, switch_ip, switch_mac
+from testbed.jobs import contribution
+from testbed.loopback import LoopbackSwitch
 
 FAN_IN, POOL, DEV = 4, 256, 0
 
 
 def setup():
-    pipe = build_pipeline(load_p4info(None))
-    st = pipe.state
-    cfg = JobConfig(1, 0, POOL, FAN_IN, 9, 1, 1, 0, 0)
-    st.insert("job_config", (1,), Action("set_job", {
-        k: int(v) for k, v in cfg.__dict__.items() if k != "job_id"}))
-    for port in range(1, FAN_IN + 1):
-        st.insert("membership", (1, port), Action("set_member", {"contributor": port - 1}))
-        st.insert("peer_rewrite", (1, port), Action("set_peer", {
-            "dst_mac": int(host_mac(DEV, port).replace(":", ""), 16),
-            "src_mac": int(switch_mac(DEV).replace(":", ""), 16),
-            "dst_ip": int.from_bytes(bytes(map(int, host_ip(DEV, port).split("."))), "big"),
-            "src_ip": int.from_bytes(bytes(map(int, switch_ip(DEV).split("."))), "big"),
-            "dst_port": agent_port(port), "contributor": port - 1}))
-    st.mcast_write("INSERT", 9, [(p, p - 1) for p in range(1, FAN_IN + 1)])
-    return pipe
+    """The model's pipeline with one root job of FAN_IN hosts over POOL slots."""
+    return LoopbackSwitch(FAN_IN, job_id=1, slots=POOL).pipe
 
 
 def frames(rounds: int) -> list[tuple[int, bytes]]:
