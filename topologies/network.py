@@ -57,10 +57,23 @@ class PassingNetwork:
             tor = self.topo.switches[h.rack]
             node.setARP(tor.ip, tor.mac)  # switches do not answer ARP
         net.staticArp()
+        self._apply_link_params()
         self.ctl = self._controller()
         # The run directory's job table may hold jobs of an earlier run: the fresh switches
         # get them back (prepare, then re-install what is missing).
         self.ctl.reconcile()
+
+    def _apply_link_params(self) -> None:
+        """Loss from the topology file (bandwidth is Mininet's TCLink). Delay needs netem,
+        which this kernel lacks: said once, not silently dropped."""
+        links = [(h.name, h.rack, h.link) for h in self.topo.hosts.values()]
+        links += [(u.tor, u.spine, u.link) for u in self.topo.uplinks]
+        for a, b, params in links:
+            if params.loss:
+                self.set_loss(a, b, params.loss)
+            if params.delay:
+                print(f"*** warning: link {a}-{b}: delay {params.delay} not applied "
+                      "(no netem on this kernel)")
 
     def config_file(self) -> Path:
         """The controller configuration of this run (for passing-ctl --config)."""
