@@ -38,7 +38,8 @@ def test_allreduce_on_every_host_is_correct(network, topo):
         assert r.get("ok") and r["correct"] and r["contributors"] == 8, (host, r)
     # Ordinary traffic crosses the same switches.
     h1, h4 = pnet.net.get("h1"), pnet.net.get("h4")
-    assert " 0% packet loss" in h1.cmd(f"ping -c 2 -W 2 {h4.IP()}")
+    # -w: wait for both replies (with -W ping waits only two round trips after the first)
+    assert " 0% packet loss" in h1.cmd(f"ping -c 2 -w 10 {h4.IP()}")
 
 
 def test_jobs_survive_a_controller_restart(network):
