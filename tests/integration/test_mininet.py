@@ -38,8 +38,9 @@ def test_allreduce_on_every_host_is_correct(network, topo):
         assert r.get("ok") and r["correct"] and r["contributors"] == 8, (host, r)
     # Ordinary traffic crosses the same switches.
     h1, h4 = pnet.net.get("h1"), pnet.net.get("h4")
-    # -w: wait for both replies (with -W ping waits only two round trips after the first)
-    assert " 0% packet loss" in h1.cmd(f"ping -c 2 -w 10 {h4.IP()}")
+    # -w: keep going until 3 replies came back (an occasional lost echo through three software
+    # switches sharing two cores is tolerated; forwarding itself must work)
+    assert " 3 received" in h1.cmd(f"ping -c 3 -i 0.2 -w 10 {h4.IP()}")
 
 
 def test_jobs_survive_a_controller_restart(network):
