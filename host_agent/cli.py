@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from host_agent import STRATEGIES
+
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
            "  passing-agent --params job7.json --host h1 --size 4M --iters 5")
 
@@ -54,25 +56,42 @@ def expected_sum(params: dict, seed: int, n: int) -> tuple[np.ndarray, float, in
 
 def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
     try:
+        import os
+
         import torch
         import torch.distributed as dist
 
-        from host_agent.allreduce import PassingAllreduce
+        from host_agent import strategies
 
+        params, host = args["params"], args["host"]
+        hosts = sorted(params["hosts"])
+        host_index = hosts.index(host)
+        stream = dict(rto=args["rto"], min_rto=min(args["min_rto"], args["rto"]),
+                      deadline=args["timeout"])
         # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
         # the code path is the same (PassingAllreduce moves the leader's sum to the CPU).
         cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
         device = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
         if cuda:
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if cuda else "gloo",
-                                init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world)
-        params = args["params"]
-        passing = PassingAllreduce(params, args["host"], rto=args["rto"],
-                                   min_rto=min(args["min_rto"], args["rto"]),
-                                   deadline=args["timeout"])
-        host_index = sorted(params["hosts"]).index(args["host"])
+        if args["strategy"] == "passing":
+            # Only the local ranks form a process group: between hosts there is the switch.
+            dist.init_process_group("nccl" if cuda else "gloo",
+                                    init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                    world_size=world)
+            passing = strategies.PassingAllreduce(params, host, **stream)
+            allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
+        else:
+            # The baselines need every rank of every host in one group, met at the first host.
+            if args["ifname"]:
+                os.environ["GLOO_SOCKET_IFNAME"] = args["ifname"]
+            ranks = strategies.Ranks(host_index, rank,
+                                     [params["hosts"][h].get("local_gpus", 1) for h in hosts])
+            first = params["hosts"][hosts[0]]["host_ip"]
+            dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
+                                    init_method=f"tcp://{first}:{args['rendezvous_port']}")
+            allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
+            stats = None
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
         base = base.to(device)
         times = []
@@ -80,24 +99,25 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             t = base.clone()
             dist.barrier()
             t0 = time.perf_counter()
-            passing.allreduce(t)
+            allreduce(t)
             if it:
                 times.append(time.perf_counter() - t0)
         if rank == 0:
             exact, largest, count = expected_sum(params, args["seed"], args["size"])
             err = float(np.max(np.abs(t.cpu().numpy().astype(np.float64) - exact)))
-            stats = passing.streamer.stats
-            out.put({"ok": True, "rank": 0, "device": str(device), "times": times,
-                     "max_error": err,
+            out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
+                     "device": str(device), "times": times, "max_error": err,
                      "tolerance": 1e-5 * largest * count, "contributors": count,
-                     "packets": stats.packets, "retransmissions": stats.retransmissions})
+                     "packets": stats.packets if stats else 0,
+                     "retransmissions": stats.retransmissions if stats else 0})
         dist.destroy_process_group()
     except Exception as e:
         out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
 
 
 def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
-        timeout: float, min_rto: float = 0.02) -> dict:
+        timeout: float, min_rto: float = 0.02, strategy: str = "passing",
+        ifname: str | None = None, rendezvous_port: int | None = None) -> dict:
     gpus = params["hosts"][host].get("local_gpus", 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,7 +125,9 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     job = {"params": params, "host": host, "size": size, "iters": iters, "seed": seed,
-           "rto": rto, "min_rto": min_rto, "timeout": timeout}
+           "rto": rto, "min_rto": min_rto, "timeout": timeout, "strategy": strategy,
+           "ifname": ifname,
+           "rendezvous_port": rendezvous_port or 29500 + params["job_id"] % 1000}
     procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
     for p in procs:
         p.start()
@@ -150,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="lower bound of the measured retransmission timeout (default 0.02)")
     ap.add_argument("--timeout", type=float, default=10.0,
                     help="give up after this many seconds without progress (default 10)")
+    ap.add_argument("--strategy", choices=STRATEGIES, default="passing",
+                    help="passing (default), or a baseline: ring, hier-ring, ps")
+    ap.add_argument("--ifname", default=None,
+                    help="baselines: the interface gloo uses between hosts (e.g. h1-eth0)")
+    ap.add_argument("--rendezvous-port", type=int, default=None,
+                    help="baselines: TCP port on the first host where all ranks meet "
+                         "(default 29500 + job id)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     try:
@@ -162,13 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.iters < 1:
         ap.error("--iters must be at least 1")
     res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout,
-              args.min_rto)
+              args.min_rto, args.strategy, args.ifname, args.rendezvous_port)
     if args.json:
         print(json.dumps(res))
     elif not res["ok"]:
         print(f"passing-agent: {res['error']}", file=sys.stderr)
     else:
-        print(f"{args.host}: {res['local_ranks']} local ranks, {res['bytes'] / 2**20:.1f} MiB, "
+        print(f"{args.host} [{args.strategy}]: {res['local_ranks']} local ranks, "
+              f"{res['bytes'] / 2**20:.1f} MiB, "
               f"{res['mean_s'] * 1e3:.1f} ms per all-reduce, {res['goodput_gbps']:.3f} Gbit/s, "
               f"{'correct' if res['correct'] else 'WRONG'} (max error {res['max_error']:.2e}, "
               f"tolerance {res['tolerance']:.2e}), {res['retransmissions']} retransmissions")

@@ -40,6 +40,9 @@ class NetnsHosts:
                 _ip("ip", "link", "set", "eth0", "address", h.mac, ns=ns)
                 _ip("ip", "addr", "add", f"{h.ip}/16", "dev", "eth0", ns=ns)
                 _ip("ip", "link", "set", "eth0", "up", ns=ns)
+                # Checksums must be complete on the wire: a software switch forwards frames
+                # as they are, and veth would otherwise leave them to a NIC that is not there.
+                _ip("ethtool", "-K", "eth0", "tx", "off", "rx", "off", ns=ns)
                 _ip("ip", "link", "set", "lo", "up", ns=ns)
                 s = topo.switches[h.rack]
                 _ip("ip", "neigh", "replace", s.ip, "lladdr", s.mac, "dev", "eth0", ns=ns)

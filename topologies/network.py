@@ -54,6 +54,9 @@ class PassingNetwork:
         for h in self.topo.hosts.values():
             node = net.get(h.name)
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+            # Checksums left to the NIC (veth) would leave the host unfinished: a software
+            # switch forwards the frame as it is and the receiver drops ordinary TCP/UDP.
+            node.cmd(f"ethtool -K {node.defaultIntf().name} tx off rx off")
             tor = self.topo.switches[h.rack]
             node.setARP(tor.ip, tor.mac)  # switches do not answer ARP
         net.staticArp()
@@ -111,20 +114,32 @@ class PassingNetwork:
         return path
 
     def allreduce(self, size: str = "1M", job_id: int | None = None, iters: int = 2,
-                  timeout: float = 20.0) -> dict[str, dict]:
-        """Run passing-agent on every host of the job at once; their JSON reports."""
+                  timeout: float = 20.0, strategy: str = "passing") -> dict[str, dict]:
+        """Run passing-agent on every host of the job at once; their JSON reports. Baseline
+        strategies (ring, hier-ring, ps) run over the same hosts and links, without the
+        switch's aggregation (their traffic is ordinary L2 forwarding)."""
         job_id = job_id if job_id is not None else min(self.jobs)
         params = self.jobs.get(job_id) or self.create_job(job_id)
         hosts = json.loads(params.read_text())["hosts"]
         procs = {h: self.net.get(h).popen(
                     [sys.executable, "-m", "host_agent.cli", "--params", str(params),
                      "--host", h, "--size", size, "--iters", str(iters), "--json",
-                     "--timeout", str(timeout)],
+                     "--timeout", str(timeout), "--strategy", strategy,
+                     "--ifname", self.net.get(h).defaultIntf().name],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for h in hosts}
         out = {}
         for h, p in procs.items():
-            stdout, stderr = p.communicate()
+            try:
+                # A generous bound: a hung agent (e.g. a baseline's rendezvous) must not hang
+                # the caller; the agent's own deadline covers the switch.
+                stdout, stderr = p.communicate(timeout=timeout * (iters + 2) + 120)
+            except subprocess.TimeoutExpired:
+                for q in procs.values():
+                    q.kill()
+                stdout, stderr = p.communicate()
+                out[h] = {"ok": False, "error": "agent did not finish (killed)"}
+                continue
             try:
                 out[h] = json.loads(stdout.strip().splitlines()[-1])
             except (IndexError, json.JSONDecodeError):

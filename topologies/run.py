@@ -1,7 +1,7 @@
 """`make run-topology`: Mininet with PASSING switches, the controller, a default job over every
 host, and the Mininet CLI with PASSING commands:
 
-    allreduce [SIZE] [--job ID] [--iters N] [--strategy passing]
+    allreduce [SIZE] [--job ID] [--iters N] [--strategy passing|ring|hier-ring|ps]
                                      agents on every host of the job; time, goodput, correct?
     jobs | slots | stats [ID]        the controller's view (as passing-ctl prints it)
     loss NODE1 NODE2 PERCENT         random loss on that link, both directions (0 removes it)
@@ -21,6 +21,7 @@ from mininet.log import setLogLevel
 
 from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
+from host_agent import STRATEGIES
 from topologies.network import PassingNetwork
 
 
@@ -33,7 +34,8 @@ def report_allreduce(res: dict[str, dict]) -> bool:
             ok = False
             continue
         ok &= bool(r["correct"])
-        print(f"{host}: {r['bytes'] / 2**20:.2f} MiB in {r['mean_s'] * 1e3:.1f} ms, "
+        print(f"{host} [{r.get('strategy')}]: {r['bytes'] / 2**20:.2f} MiB in "
+              f"{r['mean_s'] * 1e3:.1f} ms, "
               f"{r['goodput_gbps']:.3f} Gbit/s, {'correct' if r['correct'] else 'WRONG'} vs "
               f"numpy (max error {r['max_error']:.1e}), {r['retransmissions']} retransmissions")
     return ok
@@ -47,19 +49,21 @@ class PassingCLI(CLI):
         super().__init__(pnet.net, **kw)
 
     def do_allreduce(self, line: str) -> None:
-        """allreduce [SIZE] [--job ID] [--iters N] [--strategy passing]: run passing-agent on
-        every host of the job (SIZE in float32 values, K/M suffixes; default 1M)."""
+        """allreduce [SIZE] [--job ID] [--iters N] [--strategy passing|ring|hier-ring|ps]: run
+        passing-agent on every host of the job (SIZE in float32 values, K/M suffixes)."""
         ap = argparse.ArgumentParser(prog="allreduce", add_help=False)
         ap.add_argument("size", nargs="?", default="1M")
         ap.add_argument("--job", type=int, default=None)
         ap.add_argument("--iters", type=int, default=2)
-        ap.add_argument("--strategy", default="passing", choices=["passing"])
+        ap.add_argument("--strategy", default="passing", choices=STRATEGIES)
         try:
             args = ap.parse_args(shlex.split(line))
         except SystemExit:
-            print("usage: allreduce [SIZE] [--job ID] [--iters N] [--strategy passing]")
+            print(f"usage: allreduce [SIZE] [--job ID] [--iters N] "
+                  f"[--strategy {'|'.join(STRATEGIES)}]")
             return
-        report_allreduce(self.pnet.allreduce(args.size, args.job, args.iters))
+        report_allreduce(self.pnet.allreduce(args.size, args.job, args.iters,
+                                             strategy=args.strategy))
 
     def _ctl(self, *argv: str) -> None:
         ctl_cli.main(list(argv), ctl=self.pnet.ctl)

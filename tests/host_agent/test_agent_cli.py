@@ -59,3 +59,22 @@ def test_a_host_alone_times_out_clearly(params_file):
               "--timeout", "1", "--rto", "0.05")
     _, err = p.communicate(timeout=120)
     assert p.returncode == 1 and "no result from the switch" in err
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("strategy", ["ring", "hier-ring", "ps"])
+def test_baseline_strategies_get_the_same_correct_sum(params_file, strategy):
+    port = str(free_tcp_port())
+    procs = [agent("--params", str(params_file), "--host", h, "--size", "2K", "--iters", "1",
+                   "--strategy", strategy, "--ifname", "lo", "--rendezvous-port", port,
+                   "--json") for h in ("h1", "h2")]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+        res = json.loads(out)
+        assert res["correct"] and res["strategy"] == strategy and res["contributors"] == 4

@@ -101,3 +101,14 @@ def test_forged_contributions_from_a_host_outside_the_job_change_nothing(network
     assert all(r.get("correct") for r in res.values()), res
     stats = pnet.ctl.stats(2)["s1"]
     assert stats["drops_not_member"] == 32
+
+
+@pytest.mark.parametrize("strategy", ["ring", "hier-ring", "ps"])
+def test_baseline_strategies_return_the_correct_sum(network, strategy):
+    """Quick mode of the comparison: the same hosts, links and check for every strategy."""
+    pnet = network("leafspine")
+    pnet.create_job(1, window=16)
+    res = pnet.allreduce("4K", iters=1, strategy=strategy)
+    assert set(res) == {"h1", "h2", "h3", "h4"}
+    assert all(r.get("ok") and r["correct"] and r["strategy"] == strategy
+               for r in res.values()), res
