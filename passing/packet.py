@@ -117,8 +117,3 @@ def describe(rec: np.void) -> str:
     return (f"job={h['job_id']} slot={h['slot']}.v{h['version']} from={h['contributor']} "
             f"flags={flags} level={h['level']} frag={h['frag']} n={h['num_contrib']} "
             f"exp={h['exp']}")
-
-
-def fields_of(mapping: Mapping[str, int]) -> dict[str, int]:
-    """Header fields picked out of a wider mapping (e.g. a scapy layer's fields)."""
-    return {k: int(mapping[k]) for k in HEADER_NAMES if k in mapping}
