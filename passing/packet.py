@@ -7,7 +7,7 @@ A batch of packets is one numpy structured array whose dtype is derived from
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import numpy as np
 
