@@ -4,17 +4,17 @@ contribution at once with a result (as a switch with fan-in 1 would).
     python -m bench.agent_pps [--size 4M] [--slots 256] [--sink udp|memory]
 
 `memory`: the agent's own cost (fixed point, packing, matching, window) without syscalls.
-`udp`: the same over real UDP on 127.0.0.1, the echo running in a thread of this process.
+`udp`: the same over real UDP on 127.0.0.1, the echo in a process of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import queue
 import socket
 import sys
-import threading
 import time
 
 import numpy as np
@@ -51,23 +51,27 @@ class MemorySink:
             return out
 
 
-def udp_echo() -> tuple[socket.socket, threading.Event]:
+def _echo(port_out, stop) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     sock.bind(("127.0.0.1", 0))
     sock.settimeout(0.2)
-    stop = threading.Event()
+    port_out.put(sock.getsockname()[1])
+    while not stop.is_set():
+        try:
+            payload, addr = sock.recvfrom(65535)
+        except TimeoutError:
+            continue
+        sock.sendto(as_result(payload), addr)
 
-    def serve():
-        while not stop.is_set():
-            try:
-                payload, addr = sock.recvfrom(65535)
-            except TimeoutError:
-                continue
-            sock.sendto(as_result(payload), addr)
 
-    threading.Thread(target=serve, daemon=True).start()
-    return sock, stop
+def udp_echo() -> tuple[int, mp.Process, object]:
+    """An echo in its own process (a thread would share the agent's interpreter lock)."""
+    ctx = mp.get_context("spawn")
+    port_q, stop = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=_echo, args=(port_q, stop), daemon=True)
+    proc.start()
+    return port_q.get(timeout=30), proc, stop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     echo = None
     if args.sink == "udp":
-        echo, stop = udp_echo()
-        transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", echo.getsockname()[1])
+        port, echo, stop = udp_echo()
+        transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", port)
     else:
         transport = MemorySink()
     streamer = SlotStreamer(StreamConfig(1, 0, args.slots, 1, rto=1.0), transport)
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     dt = time.perf_counter() - t0
     if echo is not None:
         stop.set()
+        echo.join(5)
     assert np.allclose(y, x, rtol=0, atol=1e-5 * float(np.max(np.abs(x))))
     pkts = streamer.stats.packets
     res = {"sink": args.sink, "values": args.size, "packets": pkts, "seconds": round(dt, 3),

@@ -170,12 +170,12 @@ class SlotStreamer:
         while pending:
             now = time.monotonic()
             wait = min(p.sent + p.rto for p in pending.values()) - now
-            done = self._collect(self.transport.recv(max(wait, 0.0)), pending, tag)
-            if done:
+            got_slots, got_frags, recs = self._collect(self.transport.recv(max(wait, 0.0)),
+                                                       pending, tag)
+            if got_slots:
                 last_progress = time.monotonic()
-                slots = np.array([s for s, _, _ in done], dtype=np.int64)
-                recs = np.stack([r for _, _, r in done])
-                frags = np.array([f for _, f, _ in done], dtype=np.int64)
+                slots = np.array(got_slots, dtype=np.int64)
+                frags = np.array(got_frags, dtype=np.int64)
                 self.versions[slots] ^= 1
                 first = step[slots] == 0
                 agreed[frags[first]] = recs["exp"][first]
@@ -207,34 +207,30 @@ class SlotStreamer:
         return out, agreed
 
     def _collect(self, payloads: list[bytes], pending: dict[int, _Pending],
-                 tag: int) -> list[tuple[int, int, np.void]]:
-        """(slot, fragment, record) of each payload that is the awaited result of a slot; the
-        slot leaves `pending`. Anything else is counted as ignored."""
-        done = []
-        for payload in payloads:
-            matched = self._match(payload, pending, tag)
-            if matched is None:
+                 tag: int) -> tuple[list[int], list[int], np.ndarray]:
+        """Slots, fragments and records of the payloads that are the awaited result of a slot
+        (decoded in one batch); those slots leave `pending`. Anything else is ignored."""
+        good = [p for p in payloads if len(p) == P.PAYLOAD_BYTES]
+        self.stats.ignored += len(payloads) - len(good)
+        if not good:
+            return [], [], np.zeros(0, dtype=packet.PAYLOAD_DTYPE)
+        recs = packet.unpack_batch(good, strict=False)
+        ours = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
+                & (recs["tag"] == tag))
+        slots, frags, keep = [], [], []
+        now = time.monotonic()
+        for i, (ok, s, version, frag) in enumerate(zip(
+                ours.tolist(), recs["slot"].tolist(), recs["version"].tolist(),
+                recs["frag"].tolist(), strict=True)):
+            p = pending.get(s)
+            if not ok or p is None or p.version != version or p.frag != frag:
+                self.stats.ignored += 1
                 continue
-            s, rec = matched
-            p = pending.pop(s)
+            del pending[s]
             if not p.resent:  # Karn: a resent packet's round trip is ambiguous
-                self._sample_rtt(time.monotonic() - p.sent)
-            done.append((s, p.frag, rec))
-            self.stats.results += 1
-        return done
-
-    def _match(self, payload: bytes, pending: dict[int, _Pending],
-               tag: int) -> tuple[int, np.void] | None:
-        try:
-            rec = packet.unpack(payload)
-        except packet.ProtocolError:
-            self.stats.ignored += 1
-            return None
-        s = int(rec["slot"])
-        p = pending.get(s)
-        if (p is None or rec["job_id"] != self.cfg.job_id or rec["flags"] != P.Flag.RESULT
-                or rec["version"] != p.version or rec["frag"] != p.frag
-                or rec["tag"] != tag):
-            self.stats.ignored += 1
-            return None
-        return s, rec
+                self._sample_rtt(now - p.sent)
+            slots.append(s)
+            frags.append(frag)
+            keep.append(i)
+        self.stats.results += len(keep)
+        return slots, frags, recs[keep]
