@@ -25,13 +25,9 @@ from host_agent.transport import UdpTransport
 from passing import packet
 from passing import protocol as P
 
-_FLAGS_OFFSET = packet.HEADER_DTYPE.fields["flags"][1]  # byte offset of `flags`
-
 
 def as_result(payload: bytes) -> bytes:
-    b = bytearray(payload)
-    b[_FLAGS_OFFSET] = int(P.Flag.RESULT)
-    return bytes(b)
+    return packet.with_flags(payload, int(P.Flag.RESULT))
 
 
 class MemorySink:

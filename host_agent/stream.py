@@ -69,15 +69,6 @@ class _Pending:
     resent: bool = False
 
 
-_FLAGS_OFFSET = packet.HEADER_DTYPE.fields["flags"][1]  # byte offset of `flags` in the header
-
-
-def _retransmission(payload: bytes) -> bytes:
-    b = bytearray(payload)
-    b[_FLAGS_OFFSET] |= int(P.Flag.RETRANS)
-    return bytes(b)
-
-
 class SlotStreamer:
     def __init__(self, cfg: StreamConfig, transport: Transport):
         self.cfg = cfg
@@ -201,7 +192,8 @@ class SlotStreamer:
                     p.rto = min(p.rto * 2, cfg.max_rto)
                     p.resent = True
                     self.stats.retransmissions += 1
-                    self.transport.send(_retransmission(p.payload))
+                    self.transport.send(packet.with_flags(
+                        p.payload, int(P.Flag.CONTRIB | P.Flag.RETRANS)))
                     p.sent = now
                     self.stats.packets += 1
         return out, agreed

@@ -69,6 +69,16 @@ def payload_rows(batch: np.ndarray) -> np.ndarray:
     return batch.view(np.uint8).reshape(batch.shape[0], P.PAYLOAD_BYTES)
 
 
+_FLAGS_OFFSET = HEADER_DTYPE.fields["flags"][1]
+
+
+def with_flags(payload: bytes, flags: int) -> bytes:
+    """The same packet with its flags byte replaced (e.g. a resend marked RETRANS)."""
+    b = bytearray(payload)
+    b[_FLAGS_OFFSET] = flags
+    return bytes(b)
+
+
 def unpack(payload: bytes | bytearray | memoryview, *, strict: bool = True) -> np.void:
     """Decode one UDP payload. Raises ProtocolError if it is truncated, too long, or (strict)
     carries impossible field values."""
