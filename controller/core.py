@@ -5,6 +5,7 @@ over P4Runtime (controller.switch); `reconcile` brings the two back in line afte
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,16 +106,17 @@ class Controller:
                     delay *= 2
         raise SwitchUnreachable(f"{last} (tried {self.retries} times)")
 
-    def _own_p4info(self) -> Path:
-        return pipeline_files(self.build_dir)[0]
+    @functools.cached_property
+    def _own_signature(self) -> list[tuple]:
+        """The pipeline this controller pushes, parsed once rather than per switch and call."""
+        return pipeline_signature(P4InfoIndex.from_file(pipeline_files(self.build_dir)[0]).p4info)
 
     def pipeline_state(self, name: str) -> str:
         """'ours', 'none' or 'other': what the switch runs."""
         c = self.conn(name)
         if not c.fetch_pipeline():
             return "none"
-        ours = P4InfoIndex.from_file(self._own_p4info()).p4info
-        return "ours" if pipeline_signature(c.info.p4info) == pipeline_signature(ours) else "other"
+        return "ours" if pipeline_signature(c.info.p4info) == self._own_signature else "other"
 
     # -- switches -------------------------------------------------------------------------------
     def switch_status(self) -> list[dict]:
