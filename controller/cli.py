@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept a smaller pool down to this many slots when space is short")
     c.add_argument("--agent-port", type=int, default=0,
                    help="UDP port the host agents receive results on (default 40000+id)")
+    c.add_argument("--mode", choices=("passing", "ina"), default="passing",
+                   help="passing (default): each server pre-aggregates its GPUs and is one "
+                        "contributor; ina: switch-only baseline, every GPU is a contributor")
     c.add_argument("--params-out", default=None,
                    help="also write the host agents' job parameters (JSON) to this file")
     d = add("delete", "delete a job and free its slots", jsub, "job delete")
@@ -197,7 +200,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         hosts = tuple(ctl.topo.hosts) if args.all_hosts else \
             tuple(h.strip() for h in args.hosts.split(",") if h.strip())
         spec = JobSpec(args.job_id, hosts, args.window, args.min_window,
-                       agent_port=args.agent_port)
+                       agent_port=args.agent_port, mode=args.mode)
         rec = ctl.create_job(spec)
         params = ctl.agent_params(rec.job_id)
         if args.params_out:
@@ -211,10 +214,12 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         return {"job_id": rec.job_id, "freed": _pools(rec)}, \
             f"job {rec.job_id} deleted; slots freed: {freed}"
     if args.job_cmd == "list":
-        rows = [{"job": r.job_id, "hosts": ",".join(r.spec["hosts"]),
+        rows = [{"job": r.job_id, "mode": r.spec.get("mode", "passing"),
+                 "hosts": ",".join(r.spec["hosts"]),
                  "window": r.pools[0].size, "switches": ",".join(p.switch for p in r.pools)}
                 for r in ctl.store.jobs()]
-        return rows, _table(rows, ["job", "hosts", "window", "switches"]) if rows else "no jobs"
+        cols = ["job", "mode", "hosts", "window", "switches"]
+        return rows, _table(rows, cols) if rows else "no jobs"
     if args.job_cmd == "show":
         rec = ctl.job(args.job_id)
         params = ctl.agent_params(args.job_id)

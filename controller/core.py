@@ -297,10 +297,13 @@ class Controller:
                 hosts[m.name] = {"host_ip": h.ip, "switch": sw.name, "switch_ip": sw.ip,
                                  "switch_mac": sw.mac, "contributor": m.contributor,
                                  "local_gpus": h.gpus}
-        return {"job_id": job_id, "udp_port": P.PASSING_UDP_PORT, "agent_port": spec.udp_port,
-                "k": spec.k, "slots": size, "scale_bits": spec.scale_bits,
-                "hosts_total": len(spec.hosts), "contributors_total": total_gpus,
-                "hosts": hosts}
+        # streams: the contributions the switches sum (the agents' fixed-point headroom);
+        # in `ina` every GPU rank streams, with id contributor + local rank.
+        streams = total_gpus if spec.mode == "ina" else len(spec.hosts)
+        return {"job_id": job_id, "mode": spec.mode, "udp_port": P.PASSING_UDP_PORT,
+                "agent_port": spec.udp_port, "k": spec.k, "slots": size,
+                "scale_bits": spec.scale_bits, "hosts_total": len(spec.hosts),
+                "streams": streams, "contributors_total": total_gpus, "hosts": hosts}
 
     # -- observation ----------------------------------------------------------------------------
     def slots(self) -> dict[str, SlotAllocator]:

@@ -30,9 +30,10 @@ class PoolParams:
 @dataclass
 class Desired:
     job: JobConfig
-    members: dict[int, int] = field(default_factory=dict)  # port -> contributor
-    peers: dict[int, Peer] = field(default_factory=dict)  # egress port -> peer
-    replicas: list[tuple[int, int]] = field(default_factory=list)
+    members: dict[int, tuple[int, int]] = field(default_factory=dict)  # port -> (id, count)
+    # (egress port, rid) -> peer; rid is the recipient's contributor id, 0 for the uplink
+    peers: dict[tuple[int, int], Peer] = field(default_factory=dict)
+    replicas: list[tuple[int, int]] = field(default_factory=list)  # (port, rid)
 
 
 def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch) -> Desired:
@@ -40,12 +41,13 @@ def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch) -> 
                           int(role.is_root), role.uplink.port if role.uplink else 0,
                           pool.stat_idx))
     for m in role.members:
-        d.members[m.port] = m.contributor
-        d.peers[m.port] = Peer(m.mac, switch.mac, m.ip, switch.ip, m.udp_port, m.contributor)
-        d.replicas.append((m.port, m.contributor))
+        d.members[m.port] = (m.contributor, m.count)
+        for i, cid in enumerate(m.ids):
+            d.peers[m.port, cid] = Peer(m.mac, switch.mac, m.ip, switch.ip, m.udp_port + i, cid)
+            d.replicas.append((m.port, cid))
     if role.uplink is not None:
         u = role.uplink
-        d.peers[u.port] = Peer(u.mac, switch.mac, u.ip, switch.ip, u.udp_port, u.contributor)
+        d.peers[u.port, 0] = Peer(u.mac, switch.mac, u.ip, switch.ip, u.udp_port, u.contributor)
     return d
 
 
@@ -55,12 +57,13 @@ def _updates(conn: SwitchConnection, d: Desired, kind: int) -> list[Update]:
     if kind == Update.DELETE:
         ups = [adm.job_delete(jid)]
         ups += [adm.member_delete(jid, port) for port in d.members]
-        ups += [peers.peer_delete(jid, port) for port in d.peers]
+        ups += [peers.peer_delete(jid, port, rid) for port, rid in d.peers]
         ups.append(conn.multicast_update(Update.DELETE, d.job.mcast_grp))
         return ups
     ups = [adm.job_update(kind, d.job)]
-    ups += [adm.member_update(kind, jid, port, cid) for port, cid in d.members.items()]
-    ups += [peers.peer_update(kind, jid, port, peer) for port, peer in d.peers.items()]
+    ups += [adm.member_update(kind, jid, port, cid, n) for port, (cid, n) in d.members.items()]
+    ups += [peers.peer_update(kind, jid, port, rid, peer)
+            for (port, rid), peer in d.peers.items()]
     ups.append(conn.multicast_update(kind, d.job.mcast_grp, d.replicas))
     return ups
 
@@ -88,8 +91,8 @@ class SwitchSnapshot:
     """What one switch holds, as read back over P4Runtime."""
 
     jobs: dict[int, JobConfig]
-    members: dict[tuple[int, int], int]
-    peers: dict[tuple[int, int], dict]
+    members: dict[tuple[int, int], tuple[int, int]]
+    peers: dict[tuple[int, int, int], dict]
     groups: dict[int, list[tuple[int, int]]]
 
     @classmethod
@@ -111,12 +114,12 @@ def differences(snap: SwitchSnapshot, d: Desired) -> list[str]:
     have = snap.jobs.get(jid)
     if have != d.job:
         out.append(f"job_config[{jid}]: " + ("missing" if have is None else f"is {have}"))
-    for port, cid in d.members.items():
-        if snap.members.get((jid, port)) != cid:
+    for port, member in d.members.items():
+        if snap.members.get((jid, port)) != member:
             out.append(f"membership[{jid}, port {port}]: missing or wrong")
-    for port, peer in d.peers.items():
-        if snap.peers.get((jid, port)) != _peer_params(peer):
-            out.append(f"peer_rewrite[{jid}, port {port}]: missing or wrong")
+    for (port, rid), peer in d.peers.items():
+        if snap.peers.get((jid, port, rid)) != _peer_params(peer):
+            out.append(f"peer_rewrite[{jid}, port {port}, rid {rid}]: missing or wrong")
     if sorted(snap.groups.get(d.job.mcast_grp, [])) != sorted(d.replicas):
         out.append(f"multicast group {d.job.mcast_grp}: missing or wrong")
     return out
@@ -131,9 +134,9 @@ def strays(snap: SwitchSnapshot, wanted: dict[int, Desired],
     for jid, port in sorted(snap.members):
         if jid not in wanted or port not in wanted[jid].members:
             out.append(f"membership[{jid}, port {port}]")
-    for jid, port in sorted(snap.peers):
-        if jid not in wanted or port not in wanted[jid].peers:
-            out.append(f"peer_rewrite[{jid}, port {port}]")
+    for jid, port, rid in sorted(snap.peers):
+        if jid not in wanted or (port, rid) not in wanted[jid].peers:
+            out.append(f"peer_rewrite[{jid}, port {port}, rid {rid}]")
     groups = {d.job.mcast_grp for d in wanted.values()} | reserved_groups
     out += [f"multicast group {g}" for g in sorted(set(snap.groups) - groups)]
     return out
@@ -149,22 +152,22 @@ def repair(conn: SwitchConnection, snap: SwitchSnapshot, d: Desired) -> None:
         ups.append(adm.job_update(Update.INSERT, d.job))
     elif snap.jobs[jid] != d.job:
         ups.append(adm.job_update(Update.MODIFY, d.job))
-    for port, cid in d.members.items():
+    for port, (cid, n) in d.members.items():
         have = snap.members.get((jid, port))
-        if have != cid:
+        if have != (cid, n):
             kind = Update.INSERT if have is None else Update.MODIFY
-            ups.append(adm.member_update(kind, jid, port, cid))
+            ups.append(adm.member_update(kind, jid, port, cid, n))
     for (j, port) in snap.members:
         if j == jid and port not in d.members:
             ups.append(adm.member_delete(jid, port))
-    for port, peer in d.peers.items():
-        have = snap.peers.get((jid, port))
+    for (port, rid), peer in d.peers.items():
+        have = snap.peers.get((jid, port, rid))
         if have != _peer_params(peer):
             kind = Update.INSERT if have is None else Update.MODIFY
-            ups.append(peers.peer_update(kind, jid, port, peer))
-    for (j, port) in snap.peers:
-        if j == jid and port not in d.peers:
-            ups.append(peers.peer_delete(jid, port))
+            ups.append(peers.peer_update(kind, jid, port, rid, peer))
+    for (j, port, rid) in snap.peers:
+        if j == jid and (port, rid) not in d.peers:
+            ups.append(peers.peer_delete(jid, port, rid))
     have_group = snap.groups.get(d.job.mcast_grp)
     if have_group is None:
         ups.append(conn.multicast_update(Update.INSERT, d.job.mcast_grp, d.replicas))

@@ -1,9 +1,14 @@
 """Jobs: what an operator asks for (JobSpec) and how it maps onto the fabric (JobPlan).
 
+A job is either `passing` (each server pre-aggregates its GPUs and is one contributor) or `ina`
+(switch-only in-network aggregation, the SwitchML/ATP baseline: every GPU of every server is its
+own contributor, so a server's port carries as many streams as it has GPUs).
+
 A job inside one rack uses its ToR alone as root. A job spanning racks gets a pool on every ToR
 (fan-in = the job's hosts in that rack, non-root, sending up through its uplink) and one on the
 spine (fan-in = the number of racks, root). Contributor ids are positions: hosts ordered by port
-within their rack at a ToR, racks ordered by name at the spine.
+within their rack at a ToR (in `ina`, a host's GPUs get consecutive ids), racks ordered by name
+at the spine.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from controller.topology import Topology
 from passing import protocol as P
 
 DEFAULT_AGENT_PORT_BASE = 40000
+MODES = ("passing", "ina")
 
 
 class JobError(ValueError):
@@ -29,6 +35,7 @@ class JobSpec:
     k: int = P.K
     scale_bits: int = 0  # 0: the agents choose the fixed-point scale per block (see host agent)
     agent_port: int = 0  # UDP port the agents receive results on; 0 = 40000 + job_id % 20000
+    mode: str = "passing"  # or "ina": every GPU streams to the switch (see the module doc)
 
     def __post_init__(self) -> None:
         if not 1 <= self.job_id <= 0xFFFF:
@@ -45,6 +52,8 @@ class JobSpec:
             raise JobError(f"K={self.k} but the P4 program was compiled with K={P.K}")
         if not 0 <= self.agent_port <= 0xFFFF:
             raise JobError(f"agent port {self.agent_port} outside 0..65535")
+        if self.mode not in MODES:
+            raise JobError(f"mode {self.mode!r}: choose {' or '.join(MODES)}")
 
     @property
     def udp_port(self) -> int:
@@ -66,10 +75,15 @@ class Member:
 
     name: str
     port: int
-    contributor: int
+    contributor: int  # the first id; a host in an `ina` job has `count` consecutive ones
     ip: str
     mac: str
-    udp_port: int
+    udp_port: int  # of the first id; id contributor + i receives on udp_port + i
+    count: int = 1
+
+    @property
+    def ids(self) -> range:
+        return range(self.contributor, self.contributor + self.count)
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,7 @@ class SwitchRole:
 
     @property
     def fan_in(self) -> int:
-        return len(self.members)
+        return sum(m.count for m in self.members)
 
 
 @dataclass
@@ -117,10 +131,13 @@ def plan(spec: JobSpec, topo: Topology) -> JobPlan:
     rack_order = sorted(racks)
     for rack in rack_order:
         hosts = sorted(racks[rack], key=lambda h: h.port)
-        if len(hosts) > P.MAX_FAN_IN:
-            raise JobError(f"rack {rack}: {len(hosts)} hosts, at most {P.MAX_FAN_IN} per switch")
-        members = tuple(Member(h.name, h.port, i, h.ip, h.mac, spec.udp_port)
-                        for i, h in enumerate(hosts))
+        counts = [h.gpus if spec.mode == "ina" else 1 for h in hosts]
+        if sum(counts) > P.MAX_FAN_IN:
+            what = "GPUs" if spec.mode == "ina" else "hosts"
+            raise JobError(f"rack {rack}: {sum(counts)} {what}, at most {P.MAX_FAN_IN} "
+                           "contributors per switch")
+        members = tuple(Member(h.name, h.port, sum(counts[:i]), h.ip, h.mac, spec.udp_port,
+                               counts[i]) for i, h in enumerate(hosts))
         uplink = None
         if multi:
             up = topo.uplink_of(rack)

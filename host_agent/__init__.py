@@ -2,4 +2,4 @@
 
 # All-reduce strategies passing-agent can run (host_agent/strategies.py); here so that the
 # command line knows them without importing torch.
-STRATEGIES = ("passing", "ring", "hier-ring", "ps")
+STRATEGIES = ("passing", "ina", "ring", "hier-ring", "ps")

@@ -82,7 +82,8 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             passing = strategies.PassingAllreduce(params, host, **stream)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
         else:
-            # The baselines need every rank of every host in one group, met at the first host.
+            # The baselines need every rank of every host in one group, met at the first host
+            # (ina only for the barrier that starts each timed call together).
             if args["ifname"]:
                 os.environ["GLOO_SOCKET_IFNAME"] = args["ifname"]
             ranks = strategies.Ranks(host_index, rank,
@@ -90,8 +91,12 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             first = params["hosts"][hosts[0]]["host_ip"]
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
                                     init_method=f"tcp://{first}:{args['rendezvous_port']}")
-            allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
-            stats = None
+            if args["strategy"] == "ina":
+                ina = strategies.InaAllreduce(params, host, rank, **stream)
+                allreduce, stats = ina.allreduce, ina.streamer.stats
+            else:
+                allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
+                stats = None
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
         base = base.to(device)
         times = []
@@ -173,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=10.0,
                     help="give up after this many seconds without progress (default 10)")
     ap.add_argument("--strategy", choices=STRATEGIES, default="passing",
-                    help="passing (default), or a baseline: ring, hier-ring, ps")
+                    help="passing (default), or a baseline: ina (needs a job in mode ina), "
+                         "ring, hier-ring, ps")
     ap.add_argument("--ifname", default=None,
                     help="baselines: the interface gloo uses between hosts (e.g. h1-eth0)")
     ap.add_argument("--rendezvous-port", type=int, default=None,
@@ -190,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"(hosts: {', '.join(params.get('hosts', {}))})")
     if args.iters < 1:
         ap.error("--iters must be at least 1")
+    mode = params.get("mode", "passing")
+    if args.strategy in ("passing", "ina") and mode != args.strategy:
+        ap.error(f"--strategy {args.strategy}: job {params.get('job_id')} was created in mode "
+                 f"{mode} (passing-ctl job create --mode {args.strategy})")
     res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout,
               args.min_rto, args.strategy, args.ifname, args.rendezvous_port)
     if args.json:

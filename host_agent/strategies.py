@@ -8,9 +8,9 @@ Every strategy sums a tensor over every rank of every host, in place:
   hierarchical all-reduce).
 * `ps`: a parameter server on the first host's leader: every other rank sends its tensor there
   (push), the server sums, and sends the sum back to each (pull).
-
-Switch-only aggregation (every rank its own stream, SwitchML/ATP) is not here: the switch tells
-contributors apart by ingress port, so ranks behind one port cannot be separate contributors.
+* `ina`: switch-only in-network aggregation (SwitchML/ATP): no local step, every rank streams
+  its own tensor through the switch as a contributor of its own. Needs a job created in mode
+  `ina` (the switch admits a range of contributor ids per port and answers each rank).
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from host_agent import STRATEGIES
 from host_agent.allreduce import PassingAllreduce
+from host_agent.stream import SlotStreamer, StreamConfig, Transport
+from host_agent.transport import UdpTransport
 
-__all__ = ["STRATEGIES", "PassingAllreduce", "Ranks", "build"]
+__all__ = ["STRATEGIES", "InaAllreduce", "PassingAllreduce", "Ranks", "build"]
 
 
 @dataclass
@@ -48,6 +51,31 @@ class Ranks:
         return [self.host_ranks(h)[0] for h in range(len(self.local_size))]
 
 
+class InaAllreduce:
+    """Switch-only INA for one rank: it streams its own tensor as contributor
+    (the host's first id + local rank) and receives on agent_port + local rank."""
+
+    def __init__(self, params: dict, host: str, local_rank: int,
+                 transport: Transport | None = None, **stream_options):
+        if params.get("mode") != "ina":
+            raise ValueError(f"job {params['job_id']} is a {params.get('mode', 'passing')} job; "
+                             "the ina strategy needs a job created with mode ina")
+        h = params["hosts"][host]
+        if not 0 <= local_rank < h.get("local_gpus", 1):
+            raise ValueError(f"local rank {local_rank} but {host} has {h.get('local_gpus', 1)}")
+        if transport is None:
+            transport = UdpTransport(h["host_ip"], params["agent_port"] + local_rank,
+                                     h["switch_ip"], params["udp_port"])
+        cfg = StreamConfig(params["job_id"], h["contributor"] + local_rank, params["slots"],
+                           params["streams"], local_gpus=1, **stream_options)
+        self.streamer = SlotStreamer(cfg, transport)
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        total = self.streamer.allreduce(tensor.detach().to("cpu", torch.float64).numpy())
+        tensor.copy_(torch.from_numpy(np.asarray(total).reshape(tensor.shape)))
+        return tensor
+
+
 def build(strategy: str, ranks: Ranks, params: dict, host: str,
           **stream_options) -> Callable[[torch.Tensor], torch.Tensor]:
     """The all-reduce function of `strategy` for this rank. The global process group must be
@@ -63,6 +91,9 @@ def build(strategy: str, ranks: Ranks, params: dict, host: str,
     if strategy == "passing":
         passing = PassingAllreduce(params, host, local, **stream_options)
         return passing.allreduce
+
+    if strategy == "ina":
+        return InaAllreduce(params, host, ranks.local_rank, **stream_options).allreduce
 
     if strategy == "ring":
         def ring(t: torch.Tensor) -> torch.Tensor:

@@ -78,7 +78,7 @@ class JobDrop(enum.IntEnum):
     """Per-job drop reasons; also events 0..5 of counter `job_stats` (see JobEvent)."""
 
     NOT_MEMBER = 0  # ingress port is not a member of the job (or wrong direction for the flags)
-    BAD_CONTRIBUTOR = 1  # contributor id does not match the ingress port's member entry
+    BAD_CONTRIBUTOR = 1  # contributor id outside the ingress port's member range
     SLOT_RANGE = 2  # slot >= the job's pool size at this switch
     BAD_VERSION = 3  # version not 0 or 1
     BAD_FLAGS = 4  # neither CONTRIB nor RESULT, both, or unknown bits

@@ -139,7 +139,7 @@ class Pipeline:
         elif kind == FLAG_CONTRIB:
             if member is None:
                 jdrop = P.JobDrop.NOT_MEMBER
-            elif contrib != member.params["contributor"]:
+            elif (contrib - member.params["contributor"]) & 0xFF >= member.params["count"]:
                 jdrop = P.JobDrop.BAD_CONTRIBUTOR
         elif j["is_root"] == P.Role.ROOT or port != j["uplink_port"]:
             jdrop = P.JobDrop.NOT_MEMBER
@@ -206,12 +206,13 @@ class Pipeline:
         pair = (mine << 72) | other if version == 1 else (other << 72) | mine
         slots.state[idx] = (gen << 144) | pair
 
+        # (egress port, rid): replicas carry the group's rid, an answer the asker's id.
         if event in (E.COMPLETE_ROOT, E.DOWNLINK):
-            ports = [p for p, _ in st.mcast.get(j["mcast_grp"], ())]
+            ports = list(st.mcast.get(j["mcast_grp"], ()))
         elif event == E.RESULT_AGAIN:
-            ports = [port]
+            ports = [(port, contrib)]
         elif event in (E.COMPLETE_UP, E.RESEND_UP):
-            ports = [j["uplink_port"]]
+            ports = [(j["uplink_port"], 0)]
             level = (level + 1) & 0xFF
         else:
             return event, []
@@ -220,8 +221,8 @@ class Pipeline:
         values = lanes.word_to_bytes(vals)
         tail = frame[PASSING_END:]
         out = []
-        for egress in ports:
-            peer = st.tables["peer_rewrite"].entries.get((job_id, egress))
+        for egress, rid in ports:
+            peer = st.tables["peer_rewrite"].entries.get((job_id, egress, rid))
             if peer is None:
                 st.count("egress_drops", 0, len(frame))
                 continue

@@ -36,8 +36,9 @@ def switch_ip(dev: int) -> str:
     return f"10.0.{dev}.254"
 
 
-def agent_port(port: int) -> int:
-    return 50000 + port
+def agent_port(port: int, rank: int = 0) -> int:
+    """UDP port of the rank-th contributor behind switch port `port`."""
+    return 50000 + 100 * rank + port
 
 
 @dataclass
@@ -47,35 +48,40 @@ class Uplink:
     spine_dev: int
 
 
-def install_job(sw: SwitchConnection, dev: int, job_id: int, members: dict[int, int], *,
+def install_job(sw: SwitchConnection, dev: int, job_id: int,
+                members: dict[int, int | tuple[int, int]], *,
                 pool_base: int = 0, pool_size: int = 16, gen: int = 1, stat_idx: int = 0,
                 mcast_grp: int | None = None, uplink: Uplink | None = None,
                 member_switches: dict[int, int] | None = None) -> JobConfig:
-    """members: port -> contributor id of hosts; member_switches: port -> (ToR) device id of
-    member switches (at a spine: their contributor id is the key's position in the dict order)."""
+    """members: port -> contributor id of a host, or (first id, count) for a host whose ranks
+    stream on their own (switch-only INA; rank i receives on agent_port(port, i));
+    member_switches: port -> (ToR) device id of member switches (at a spine: their contributor
+    id is the key's position in the dict order)."""
     grp = mcast_grp if mcast_grp is not None else 100 + job_id
-    fan_in = len(members) + len(member_switches or {})
+    ranges = {port: m if isinstance(m, tuple) else (m, 1) for port, m in members.items()}
+    fan_in = sum(n for _, n in ranges.values()) + len(member_switches or {})
     cfg = JobConfig(job_id, pool_base, pool_size, fan_in, grp, gen,
                     int(uplink is None), uplink.port if uplink else 0, stat_idx)
     adm, peers = AdmissionTables(sw), PeerTables(sw)
     ups = [adm.job_update(Update.INSERT, cfg)]
     replicas = []
-    for port, cid in members.items():
-        ups.append(adm.member_update(Update.INSERT, job_id, port, cid))
-        ups.append(peers.peer_update(Update.INSERT, job_id, port, Peer(
-            host_mac(dev, port), switch_mac(dev), host_ip(dev, port), switch_ip(dev),
-            agent_port(port), cid)))
-        replicas.append((port, cid))
-    base = len(members)
+    for port, (first, count) in ranges.items():
+        ups.append(adm.member_update(Update.INSERT, job_id, port, first, count))
+        for rank in range(count):
+            ups.append(peers.peer_update(Update.INSERT, job_id, port, first + rank, Peer(
+                host_mac(dev, port), switch_mac(dev), host_ip(dev, port), switch_ip(dev),
+                agent_port(port, rank), first + rank)))
+            replicas.append((port, first + rank))
+    base = fan_in - len(member_switches or {})
     for i, (port, tor_dev) in enumerate((member_switches or {}).items()):
         cid = base + i
         ups.append(adm.member_update(Update.INSERT, job_id, port, cid))
-        ups.append(peers.peer_update(Update.INSERT, job_id, port, Peer(
+        ups.append(peers.peer_update(Update.INSERT, job_id, port, cid, Peer(
             switch_mac(tor_dev), switch_mac(dev), switch_ip(tor_dev), switch_ip(dev),
             P.PASSING_UDP_PORT, cid)))
         replicas.append((port, cid))
     if uplink is not None:
-        ups.append(peers.peer_update(Update.INSERT, job_id, uplink.port, Peer(
+        ups.append(peers.peer_update(Update.INSERT, job_id, uplink.port, 0, Peer(
             switch_mac(uplink.spine_dev), switch_mac(dev), switch_ip(uplink.spine_dev),
             switch_ip(dev), P.PASSING_UDP_PORT, uplink.contributor)))
     ups.append(sw.multicast_update(Update.INSERT, grp, replicas))

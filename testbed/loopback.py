@@ -29,10 +29,12 @@ def _int(value: str, bits: int) -> int:
 
 
 class LoopbackSwitch:
-    """One switch (root) with hosts on ports 1..n, one job over all of them."""
+    """One switch (root) with hosts on ports 1..n, one job over all of them. With ranks > 1
+    the job is switch-only INA: `ranks` contributors behind each port (ids (p-1)*ranks + r),
+    rank r answered on the agents' UDP port + r."""
 
     def __init__(self, hosts: int, job_id: int = 1, slots: int = 16, loss: float = 0.0,
-                 seed: int = 0):
+                 seed: int = 0, ranks: int = 1, agent_udp_port: int | None = None):
         self.pipe = build_pipeline(load_p4info(None))
         self.job_id, self.slots, self.loss = job_id, slots, loss
         self.rng = random.Random(seed)
@@ -40,16 +42,23 @@ class LoopbackSwitch:
         self.queues = {p: queue.Queue() for p in range(1, hosts + 1)}
         self.delivered = self.dropped = 0
         st = self.pipe.state
-        cfg = JobConfig(job_id, 0, slots, hosts, 9, 1, 1, 0, 0)
+        self.ranks = ranks
+        cfg = JobConfig(job_id, 0, slots, hosts * ranks, 9, 1, 1, 0, 0)
         st.insert("job_config", (job_id,), Action("set_job", {
             k: v for k, v in cfg.__dict__.items() if k != "job_id"}))
+        replicas = []
         for p in self.queues:
-            st.insert("membership", (job_id, p), Action("set_member", {"contributor": p - 1}))
-            st.insert("peer_rewrite", (job_id, p), Action("set_peer", {
-                "dst_mac": _int(host_mac(DEV, p), 48), "src_mac": _int(switch_mac(DEV), 48),
-                "dst_ip": _int(host_ip(DEV, p), 32), "src_ip": _int(switch_ip(DEV), 32),
-                "dst_port": agent_port(p), "contributor": p - 1}))
-        st.mcast_write("INSERT", 9, [(p, p - 1) for p in self.queues])
+            first = (p - 1) * ranks
+            st.insert("membership", (job_id, p), Action("set_member", {"contributor": first,
+                                                                       "count": ranks}))
+            for r in range(ranks):
+                dst_port = agent_udp_port + r if agent_udp_port else agent_port(p, r)
+                st.insert("peer_rewrite", (job_id, p, first + r), Action("set_peer", {
+                    "dst_mac": _int(host_mac(DEV, p), 48), "src_mac": _int(switch_mac(DEV), 48),
+                    "dst_ip": _int(host_ip(DEV, p), 32), "src_ip": _int(switch_ip(DEV), 32),
+                    "dst_port": dst_port, "contributor": first + r}))
+                replicas.append((p, first + r))
+        st.mcast_write("INSERT", 9, replicas)
 
     def _lost(self) -> bool:
         return self.loss > 0 and self.rng.random() < self.loss
@@ -72,9 +81,10 @@ class LoopbackSwitch:
                     self.dropped += 1
                     continue
                 self.delivered += 1
-                self.emit(egress, out[PASSING_OFF:])
+                self.emit(egress, out[PASSING_OFF:], int.from_bytes(out[36:38], "big"))
 
-    def emit(self, port: int, payload: bytes) -> None:
+    def emit(self, port: int, payload: bytes, udp_port: int) -> None:
+        # In memory a port has one queue: one rank per port (INA ranks need UdpLoopbackSwitch).
         self.queues[port].put(payload)
 
 
@@ -108,7 +118,7 @@ class UdpLoopbackSwitch(LoopbackSwitch):
     their real UDP transport, each host from its own loopback address 127.0.0.(10+port)."""
 
     def __init__(self, hosts: int, agent_udp_port: int, **kw):
-        super().__init__(hosts, **kw)
+        super().__init__(hosts, agent_udp_port=agent_udp_port, **kw)
         self.agent_udp_port = agent_udp_port
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
@@ -124,12 +134,16 @@ class UdpLoopbackSwitch(LoopbackSwitch):
         return f"127.0.0.{10 + port}"
 
     def agent_params(self, local_gpus: int = 1) -> dict:
-        """The job parameters a controller would hand to the agents (docs/controller.md)."""
-        return {"job_id": self.job_id, "udp_port": self.address[1],
-                "agent_port": self.agent_udp_port, "k": P.K, "slots": self.slots,
-                "hosts_total": len(self.queues),
+        """The job parameters a controller would hand to the agents (docs/controller.md).
+        A switch built with ranks > 1 is an `ina` job with that many ranks per host."""
+        ina = self.ranks > 1
+        gpus = self.ranks if ina else local_gpus
+        return {"job_id": self.job_id, "mode": "ina" if ina else "passing",
+                "udp_port": self.address[1], "agent_port": self.agent_udp_port, "k": P.K,
+                "slots": self.slots, "hosts_total": len(self.queues),
+                "streams": len(self.queues) * self.ranks,
                 "hosts": {f"h{p}": {"host_ip": self.host_address(p), "switch_ip": "127.0.0.1",
-                                    "contributor": p - 1, "local_gpus": local_gpus}
+                                    "contributor": (p - 1) * self.ranks, "local_gpus": gpus}
                           for p in self.queues}}
 
     def _serve(self) -> None:
@@ -144,8 +158,8 @@ class UdpLoopbackSwitch(LoopbackSwitch):
             if ip in by_ip:
                 self.deliver(by_ip[ip], payload)
 
-    def emit(self, port: int, payload: bytes) -> None:
-        self.sock.sendto(payload, (self.host_address(port), self.agent_udp_port))
+    def emit(self, port: int, payload: bytes, udp_port: int) -> None:
+        self.sock.sendto(payload, (self.host_address(port), udp_port))
 
     def close(self) -> None:
         self._stop.set()

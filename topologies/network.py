@@ -17,6 +17,8 @@ from controller.topology import Topology
 from passing.pipeline_files import REPO
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
+INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
+
 
 class PassingNetwork:
     def __init__(self, topo: Topology, topo_file: Path, target: str, run_dir: Path,
@@ -104,8 +106,9 @@ class PassingNetwork:
             self.net = None
 
     # -- jobs and traffic ---------------------------------------------------------------------
-    def create_job(self, job_id: int, hosts: list[str] | None = None, window: int = 64) -> Path:
-        spec = JobSpec(job_id, tuple(hosts or self.topo.hosts), window)
+    def create_job(self, job_id: int, hosts: list[str] | None = None, window: int = 64,
+                   mode: str = "passing") -> Path:
+        spec = JobSpec(job_id, tuple(hosts or self.topo.hosts), window, mode=mode)
         if self.ctl.store.get_job(job_id) is None:
             self.ctl.create_job(spec)
         path = self.run_dir / f"job{job_id}.json"
@@ -113,14 +116,28 @@ class PassingNetwork:
         self.jobs[job_id] = path
         return path
 
+    def ina_companion(self, job_id: int) -> Path:
+        """The switch-only INA baseline needs its own job (every GPU a contributor): job
+        INA_JOB_OFFSET + id over the same hosts and window, made on first use."""
+        rec = self.ctl.job(job_id)
+        ina_id = INA_JOB_OFFSET + job_id
+        if ina_id in self.jobs:
+            return self.jobs[ina_id]
+        return self.create_job(ina_id, list(rec.spec["hosts"]), rec.pools[0].size, mode="ina")
+
     def allreduce(self, size: str = "1M", job_id: int | None = None, iters: int = 2,
                   timeout: float = 20.0, strategy: str = "passing") -> dict[str, dict]:
         """Run passing-agent on every host of the job at once; their JSON reports. Baseline
-        strategies (ring, hier-ring, ps) run over the same hosts and links, without the
-        switch's aggregation (their traffic is ordinary L2 forwarding)."""
+        strategies run over the same hosts and links: ring, hier-ring and ps without the
+        switch's aggregation (their traffic is ordinary L2 forwarding), ina through the
+        switch with every GPU rank streaming (on the job's INA companion, see ina_companion)."""
         job_id = job_id if job_id is not None else min(self.jobs)
         params = self.jobs.get(job_id) or self.create_job(job_id)
-        hosts = json.loads(params.read_text())["hosts"]
+        doc = json.loads(params.read_text())
+        if strategy == "ina" and doc.get("mode") != "ina":
+            params = self.ina_companion(job_id)
+            doc = json.loads(params.read_text())
+        hosts = doc["hosts"]
         procs = {h: self.net.get(h).popen(
                     [sys.executable, "-m", "host_agent.cli", "--params", str(params),
                      "--host", h, "--size", size, "--iters", str(iters), "--json",

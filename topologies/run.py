@@ -1,8 +1,9 @@
 """`make run-topology`: Mininet with PASSING switches, the controller, a default job over every
 host, and the Mininet CLI with PASSING commands:
 
-    allreduce [SIZE] [--job ID] [--iters N] [--strategy passing|ring|hier-ring|ps]
+    allreduce [SIZE] [--job ID] [--iters N] [--strategy passing|ina|ring|hier-ring|ps]
                                      agents on every host of the job; time, goodput, correct?
+                                     (ina runs on job 1000+ID, made on first use)
     jobs | slots | stats [ID]        the controller's view (as passing-ctl prints it)
     loss NODE1 NODE2 PERCENT         random loss on that link, both directions (0 removes it)
 
@@ -49,8 +50,9 @@ class PassingCLI(CLI):
         super().__init__(pnet.net, **kw)
 
     def do_allreduce(self, line: str) -> None:
-        """allreduce [SIZE] [--job ID] [--iters N] [--strategy passing|ring|hier-ring|ps]: run
-        passing-agent on every host of the job (SIZE in float32 values, K/M suffixes)."""
+        """allreduce [SIZE] [--job ID] [--iters N] [--strategy passing|ina|ring|hier-ring|ps]:
+        run passing-agent on every host of the job (SIZE in float32 values, K/M suffixes);
+        ina uses the job's switch-only companion, job 1000+ID."""
         ap = argparse.ArgumentParser(prog="allreduce", add_help=False)
         ap.add_argument("size", nargs="?", default="1M")
         ap.add_argument("--job", type=int, default=None)

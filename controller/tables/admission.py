@@ -45,11 +45,14 @@ class AdmissionTables:
     def job_delete(self, job_id: int) -> Update:
         return self.sw.table_update(Update.DELETE, "job_config", {"job_id": job_id})
 
-    def member_update(self, kind: int, job_id: int, port: int, contributor: int) -> Update:
-        if not 0 <= contributor < P.MAX_FAN_IN:
-            raise ValueError(f"contributor id {contributor} outside 0..{P.MAX_FAN_IN - 1}")
+    def member_update(self, kind: int, job_id: int, port: int, contributor: int,
+                      count: int = 1) -> Update:
+        """Port `port` may send as contributors contributor .. contributor + count - 1."""
+        if count < 1 or not 0 <= contributor <= contributor + count - 1 < P.MAX_FAN_IN:
+            raise ValueError(f"contributor ids {contributor}..{contributor + count - 1} "
+                             f"outside 0..{P.MAX_FAN_IN - 1}")
         return self.sw.table_update(kind, "membership", {"job_id": job_id, "ingress_port": port},
-                                    "set_member", {"contributor": contributor})
+                                    "set_member", {"contributor": contributor, "count": count})
 
     def member_delete(self, job_id: int, port: int) -> Update:
         return self.sw.table_update(Update.DELETE, "membership",
@@ -59,6 +62,8 @@ class AdmissionTables:
         return {row["match"]["job_id"]: JobConfig(job_id=row["match"]["job_id"], **row["params"])
                 for row in self.sw.read_table("job_config")}
 
-    def members(self) -> dict[tuple[int, int], int]:
-        return {(r["match"]["job_id"], r["match"]["ingress_port"]): r["params"]["contributor"]
+    def members(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(job, port) -> (first contributor id, count)."""
+        return {(r["match"]["job_id"], r["match"]["ingress_port"]):
+                (r["params"]["contributor"], r["params"]["count"])
                 for r in self.sw.read_table("membership")}

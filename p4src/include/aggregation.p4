@@ -93,6 +93,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             ((event == EVT_RESEND_UP) ? (FLAG_CONTRIB | FLAG_RETRANS) : FLAG_RESULT);
         hdr.passing.level = up ? hdr.passing.level + 1 : hdr.passing.level;
         sm.mcast_grp = (event == EVT_COMPLETE_ROOT || stored) ? meta.job.mcast_grp : 16w0;
+        meta.reply_rid = (event == EVT_RESULT_AGAIN) ? (bit<16>)hdr.passing.contributor : 16w0;
         sm.egress_spec = (event == EVT_RESULT_AGAIN) ? sm.ingress_port :
                          (up ? meta.job.uplink_port : DROP_PORT);
     }

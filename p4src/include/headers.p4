@@ -72,12 +72,17 @@ struct job_md_t {
     bit<9>  uplink_port;
     bit<32> stat_idx;
     bit<1>  is_member;
-    bit<8>  member_cid;
+    bit<8>  member_cid;    /* the first contributor id behind this port */
+    bit<8>  member_count;  /* how many: 1 for a server (PASSING), its GPUs for switch-only INA */
 }
 
 struct metadata_t {
     job_md_t job;
     bit<1>   flooded;
+    /* A unicast answer goes to the contributor that asked; multicast replicas carry theirs in
+     * egress_rid. Egress looks peers up by (job, port, rid) so ranks behind one port differ. */
+    bit<16>  reply_rid;
+    bit<16>  peer_rid;
 }
 
 #endif

@@ -30,10 +30,13 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
         size = MAX_JOBS;
     }
 
-    /* (job, ingress port) -> the contributor id that port must use. */
-    @name(".set_member") action set_member(bit<8> contributor) {
+    /* (job, ingress port) -> the contributor ids that port may use: [contributor,
+     * contributor + count). count is 1 for a server that pre-aggregates its GPUs (PASSING) and
+     * the number of GPUs when each GPU streams on its own (switch-only INA). */
+    @name(".set_member") action set_member(bit<8> contributor, bit<8> count) {
         meta.job.is_member = 1;
         meta.job.member_cid = contributor;
+        meta.job.member_count = count;
     }
     @name(".membership") table membership {
         key = {
@@ -54,7 +57,8 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
                  (kind != FLAG_CONTRIB && kind != FLAG_RESULT)) ? DROP_BAD_FLAGS :
                 ((kind == FLAG_CONTRIB) ?
                     ((meta.job.is_member == 0) ? DROP_NOT_MEMBER :
-                     ((hdr.passing.contributor != meta.job.member_cid) ?
+                     /* one unsigned compare: ids below the range wrap to large values */
+                     ((hdr.passing.contributor - meta.job.member_cid >= meta.job.member_count) ?
                          DROP_BAD_CONTRIBUTOR : DROP_NONE)) :
                 /* Results are only accepted from above, by a non-root switch. */
                 ((meta.job.is_root == ROLE_ROOT ||

@@ -1,6 +1,8 @@
 /* Egress addressing of aggregation packets. Every PASSING packet the switch sends (multicast
- * replica, unicast result, rack sum to the spine) is re-addressed here from (job, egress port):
- * to a member host, to a member ToR, or to the spine. Source addresses are the switch's own. */
+ * replica, unicast result, rack sum to the spine) is re-addressed here from (job, egress port,
+ * rid): to a member host (one rid per contributor behind the port: the replica's egress_rid, or
+ * the asking contributor's id for a unicast answer), to a member ToR, or to the spine (rid 0).
+ * Source addresses are the switch's own. */
 #ifndef _PASSING_PEERS_P4_
 #define _PASSING_PEERS_P4_
 
@@ -30,12 +32,15 @@ control PeerRewrite(inout headers_t hdr, inout metadata_t meta, inout standard_m
         key = {
             hdr.passing.job_id: exact @name("job_id");
             sm.egress_port: exact @name("egress_port");
+            meta.peer_rid: exact @name("rid");
         }
         actions = { set_peer; @defaultonly no_peer; }
         default_action = no_peer();
         size = 8192;
     }
     apply {
+        /* At most one of the two is non-zero: replicas have no reply_rid, answers no rid. */
+        meta.peer_rid = sm.egress_rid | meta.reply_rid;
         peer_rewrite.apply();
     }
 }

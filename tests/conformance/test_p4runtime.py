@@ -37,7 +37,7 @@ def test_table_and_group_round_trip(star):
                 adm.member_update(Update.INSERT, 5, 2, 1),
                 conn.multicast_update(Update.INSERT, 9, [(1, 0), (2, 1)])])
     assert adm.jobs() == {5: JOB}
-    assert adm.members() == {(5, 2): 1}
+    assert adm.members() == {(5, 2): (1, 1)}
     assert sorted(conn.read_multicast_groups()[9]) == [(1, 0), (2, 1)]  # a set of replicas
     conn.write([conn.multicast_update(Update.MODIFY, 9, [(3, 0)])])
     assert conn.read_multicast_groups()[9] == [(3, 0)]

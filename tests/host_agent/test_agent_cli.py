@@ -78,3 +78,30 @@ def test_baseline_strategies_get_the_same_correct_sum(params_file, strategy):
         assert p.returncode == 0, err[-2000:]
         res = json.loads(out)
         assert res["correct"] and res["strategy"] == strategy and res["contributors"] == 4
+
+
+def test_ina_every_rank_streams_its_own_tensor_and_gets_the_sum(tmp_path):
+    """Switch-only INA: 2 hosts x 2 ranks are 4 contributors at the switch."""
+    sw = UdpLoopbackSwitch(2, agent_udp_port=free_udp_port(), slots=32, ranks=2)
+    try:
+        path = tmp_path / "ina.json"
+        path.write_text(json.dumps(sw.agent_params()))
+        port = str(free_tcp_port())
+        procs = [agent("--params", str(path), "--host", h, "--size", "3K", "--iters", "1",
+                       "--strategy", "ina", "--ifname", "lo", "--rendezvous-port", port,
+                       "--json") for h in ("h1", "h2")]
+        outs = [p.communicate(timeout=240) for p in procs]
+        for p, (out, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, err[-2000:]
+            res = json.loads(out)
+            assert res["correct"] and res["strategy"] == "ina" and res["contributors"] == 4
+            # A rank's own stream: 3K values in packets of K=64, plus the exponent packets.
+            assert res["packets"] >= 3 * 1024 // 64
+    finally:
+        sw.close()
+
+
+def test_strategy_must_match_the_jobs_mode(params_file):
+    p = agent("--params", str(params_file), "--host", "h1", "--strategy", "ina")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "created in mode passing" in err, err

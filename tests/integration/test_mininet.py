@@ -103,7 +103,7 @@ def test_forged_contributions_from_a_host_outside_the_job_change_nothing(network
     assert stats["drops_not_member"] == 32
 
 
-@pytest.mark.parametrize("strategy", ["ring", "hier-ring", "ps"])
+@pytest.mark.parametrize("strategy", ["ina", "ring", "hier-ring", "ps"])
 def test_baseline_strategies_return_the_correct_sum(network, strategy):
     """Quick mode of the comparison: the same hosts, links and check for every strategy."""
     pnet = network("leafspine")
@@ -112,3 +112,8 @@ def test_baseline_strategies_return_the_correct_sum(network, strategy):
     assert set(res) == {"h1", "h2", "h3", "h4"}
     assert all(r.get("ok") and r["correct"] and r["strategy"] == strategy
                for r in res.values()), res
+    if strategy == "ina":
+        # Every GPU rank was its own contributor: each ToR summed 4 streams (2 hosts x 2).
+        for tor in ("tor1", "tor2"):
+            stats = pnet.ctl.stats(1001)[tor]
+            assert stats["job_contributions"] >= 4 * (4096 // 64), stats

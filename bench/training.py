@@ -1,0 +1,162 @@
+"""A small data-parallel training workload for comparing all-reduce strategies.
+
+Every rank trains the same MLP on the scikit-learn digits (shipped with the package, so nothing is
+downloaded and the run is the same on every machine). The all-reduce is a plain callable, so the
+same loop runs with torch.distributed, the PASSING agent, or an identity for one process, and the
+results (accuracy, final weights) say whether a strategy aggregated correctly, not only how fast.
+
+Data parallelism here is exact: step `s` uses global batch `s`, rank `r` takes the `r`-th
+contiguous shard of it, and each rank's loss is the mean over its shard. The summed gradients
+divided by the world size are then the mean gradient over the whole global batch, so a run with
+`world` ranks ends where a single process on the same global batches ends, up to float rounding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+
+Allreduce = Callable[[torch.Tensor], torch.Tensor]
+
+IN_FEATURES, HIDDEN, CLASSES = 64, 128, 10
+TEST_FRACTION = 0.25
+
+
+def load_digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """X_train, y_train, X_test, y_test of the 1797 8x8 digits.
+
+    Pixels are 0..16; dividing by 16 puts them in [0, 1] so the default init and lr=0.1 train
+    without a scaler fitted on the data. The split is stratified so a 25% test set keeps every
+    class, and seeded so every rank (and every strategy) sees the same one.
+    """
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=TEST_FRACTION, stratify=y, random_state=seed)
+    return x_train, y_train, x_test, y_test
+
+
+def make_model(seed: int) -> nn.Module:
+    """MLP 64 -> 128 -> 10 whose weights depend on `seed` alone.
+
+    Ranks build their copy independently instead of broadcasting one, so the init must not depend
+    on what the process drew from torch's global RNG before; the global RNG is forked around the
+    construction so callers' own random streams are left where they were.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.ReLU(),
+                             nn.Linear(HIDDEN, CLASSES))
+
+
+def flat_grads(model: nn.Module) -> torch.Tensor:
+    """All gradients as one contiguous float32 tensor, in `model.parameters()` order.
+
+    One tensor means one collective per step, as a bucketed DDP would issue, rather than one per
+    parameter, which would measure per-call latency instead of the aggregation.
+    """
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).to(torch.float32)
+
+
+def set_flat_grads(model: nn.Module, flat: torch.Tensor) -> None:
+    """Copy `flat` (laid out as `flat_grads` lays it out) back into each parameter's `.grad`."""
+    offset = 0
+    for p in model.parameters():
+        n = p.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
+    if offset != flat.numel():
+        raise ValueError(f"flat gradient has {flat.numel()} elements, the model {offset}")
+
+
+def batch_indices(n_train: int, steps: int, global_batch: int, seed: int) -> np.ndarray:
+    """(steps, global_batch) indices into the training set.
+
+    A fresh seeded permutation per epoch, epochs laid end to end so a batch may straddle two;
+    computed up front so that no rank's timing includes it and all ranks agree on every batch.
+    """
+    rng = np.random.default_rng(seed)
+    need = steps * global_batch
+    epochs = -(-need // n_train)
+    stream = np.concatenate([rng.permutation(n_train) for _ in range(epochs)])
+    return stream[:need].reshape(steps, global_batch)
+
+
+def train(allreduce: Allreduce, rank: int, world: int, steps: int,
+          seed: int = 0, global_batch: int = 64, lr: float = 0.1) -> dict:
+    """Train on this rank's shards for `steps` SGD steps, aggregating gradients with `allreduce`.
+
+    `allreduce(t)` must sum `t` over all ranks (in place is fine) and return the sum; it is called
+    exactly once per step. The tensor it gets holds the flattened gradients followed by ONE extra
+    element, this rank's shard loss: after the sum and the division by `world` that element is
+    the mean loss over the global batch (shards are equal), so `final_loss` is the same on every
+    rank and equal to a single-process run's, without a second collective per step. A strategy
+    therefore sees `parameter count + 1` float32 elements.
+
+    `seed` fixes the train/test split, the model init and the batch order, so runs that differ
+    only in the strategy (or in `world`) are directly comparable; `param_checksum` (sum of |w|
+    over the final weights) is the cheap way to compare them.
+
+    Returns steps, seconds (the step loop only, evaluation excluded), iters_per_s, final_loss
+    (global-batch mean loss of the last step, before its update), accuracy (on the test set after
+    training, in [0, 1]), param_checksum and allreduce_numel.
+    """
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not in a world of {world}")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    if global_batch < 1 or global_batch % world:
+        raise ValueError(f"global_batch {global_batch} is not divisible by world {world}: every "
+                         "rank needs an equal shard for the averaged gradient to be the "
+                         "global-batch mean")
+    shard = global_batch // world
+
+    x_train, y_train, x_test, y_test = load_digits_split(seed)
+    x_train_t, y_train_t = torch.from_numpy(x_train), torch.from_numpy(y_train)
+    batches = torch.from_numpy(
+        batch_indices(len(x_train), steps, global_batch, seed)[:, rank * shard:(rank + 1) * shard])
+
+    model = make_model(seed)
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    n_grad = sum(p.numel() for p in params)
+    flat = torch.empty(n_grad + 1, dtype=torch.float32)
+    loss_fn = nn.CrossEntropyLoss()
+
+    start = time.perf_counter()
+    for s in range(steps):
+        idx = batches[s]
+        for p in params:
+            p.grad.zero_()
+        loss = loss_fn(model(x_train_t[idx]), y_train_t[idx])
+        loss.backward()
+        torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)], out=flat)
+        summed = allreduce(flat)
+        summed.div_(world)
+        set_flat_grads(model, summed[:n_grad])
+        with torch.no_grad():
+            for p in params:
+                p.add_(p.grad, alpha=-lr)
+    seconds = time.perf_counter() - start
+    final_loss = float(summed[n_grad])
+
+    with torch.no_grad():
+        pred = model(torch.from_numpy(x_test)).argmax(dim=1).numpy()
+        checksum = float(sum(p.detach().double().abs().sum() for p in params))
+    return {
+        "steps": steps,
+        "seconds": seconds,
+        "iters_per_s": steps / seconds if seconds > 0 else float("inf"),
+        "final_loss": final_loss,
+        "accuracy": float(np.mean(pred == y_test)),
+        "param_checksum": checksum,
+        "allreduce_numel": n_grad + 1,
+    }
