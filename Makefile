@@ -7,7 +7,7 @@ P4_SRCS := $(wildcard p4src/*.p4 p4src/include/*.p4)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test lint bench-bmv2 bench-model run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test lint bench bench-quick bench-bmv2 bench-model run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -15,6 +15,9 @@ help:
 	@echo "make update-p4info build, then copy the P4Info to p4src/ (after changing p4src/)"
 	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
 	@echo "make lint          ruff"
+	@echo "make bench         every strategy (passing, ina, ring, hier-ring, ps) in Mininet:"
+	@echo "                   CSVs in build/bench, plots + results in docs/benchmarks.md (root)"
+	@echo "make bench-quick   the same in CI size: small tensors, correctness of every strategy"
 	@echo "make bench-bmv2    aggregation packets/s vs plain forwarding on the same BMv2"
 	@echo "make bench-model   the same for the software switch model"
 	@echo "make run-topology  Mininet + switches + controller + a default job, then the CLI"
@@ -47,6 +50,16 @@ test:
 
 lint:
 	$(PY) -m ruff check .
+
+# The comparison of strategies (bench/sweep.py); needs root for Mininet.
+bench:
+	@[ "$$(id -u)" = 0 ] || { echo "make bench: Mininet needs root (sudo make bench)"; exit 2; }
+	@if command -v $(P4C) >/dev/null 2>&1; then $(MAKE) -s build; fi
+	$(PY) -m bench.sweep --out $(BUILD)/bench --report docs/benchmarks.md
+
+bench-quick:
+	@[ "$$(id -u)" = 0 ] || { echo "make bench-quick: Mininet needs root"; exit 2; }
+	$(PY) -m bench.sweep --quick --out $(BUILD)/bench-quick --report $(BUILD)/bench-quick/benchmarks.md
 
 bench-bmv2: build
 	$(PY) -m bench.switch_pps --target bmv2 --json-out $(BUILD)/bench-bmv2.json

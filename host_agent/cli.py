@@ -74,6 +74,10 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
         device = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
         if cuda:
             torch.cuda.set_device(device)
+        else:
+            # Many ranks share few cores (Mininet hosts on one machine): one thread each, or
+            # they oversubscribe the CPUs and every collective waits on a descheduled rank.
+            torch.set_num_threads(1)
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
             dist.init_process_group("nccl" if cuda else "gloo",
@@ -97,6 +101,10 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             else:
                 allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
                 stats = None
+        if args["train_steps"]:
+            out.put(_train(allreduce, rank, host_index, params, args, stats))
+            dist.destroy_process_group()
+            return
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
         base = base.to(device)
         times = []
@@ -120,9 +128,28 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
         out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
 
 
+def _train(allreduce, rank: int, host_index: int, params: dict, args: dict, stats) -> dict:
+    """The training workload (bench/training.py) with this strategy's all-reduce: every rank
+    of every host is one data-parallel worker."""
+    from bench.training import train
+
+    hosts = sorted(params["hosts"])
+    gpus = [params["hosts"][h].get("local_gpus", 1) for h in hosts]
+    world = sum(gpus)
+    res = train(allreduce, sum(gpus[:host_index]) + rank, world, args["train_steps"],
+                seed=args["seed"], global_batch=args["global_batch"] or 8 * world)
+    res.update({"ok": True, "rank": rank, "strategy": args["strategy"], "world": world,
+                "packets": stats.packets if stats else 0,
+                "retransmissions": stats.retransmissions if stats else 0})
+    return res
+
+
 def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
         timeout: float, min_rto: float = 0.02, strategy: str = "passing",
-        ifname: str | None = None, rendezvous_port: int | None = None) -> dict:
+        ifname: str | None = None, rendezvous_port: int | None = None,
+        train_steps: int = 0, global_batch: int = 0) -> dict:
+    """Timed all-reduces of `size` values (or, with train_steps, data-parallel training of the
+    digits MLP for that many steps); the leader's report."""
     gpus = params["hosts"][host].get("local_gpus", 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,7 +158,7 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
     out = ctx.Queue()
     job = {"params": params, "host": host, "size": size, "iters": iters, "seed": seed,
            "rto": rto, "min_rto": min_rto, "timeout": timeout, "strategy": strategy,
-           "ifname": ifname,
+           "ifname": ifname, "train_steps": train_steps, "global_batch": global_batch,
            "rendezvous_port": rendezvous_port or 29500 + params["job_id"] % 1000}
     procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
     for p in procs:
@@ -140,14 +167,14 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
         # The leader's report says most (its error names the switch); others only if it has none.
         reports = []
         while not any(r.get("rank") == 0 for r in reports) and len(reports) < gpus:
-            reports.append(out.get(timeout=timeout * (iters + 2) + 120))
+            reports.append(out.get(timeout=timeout * (iters + 2) + 120 + 2 * train_steps))
         res = next((r for r in reports if r.get("rank") == 0), reports[0])
     finally:
         for p in procs:
             p.join(timeout + 10)
             if p.is_alive():
                 p.kill()
-    if not res["ok"]:
+    if not res["ok"] or train_steps:
         return res
     mean = float(np.mean(res["times"]))
     nbytes = size * 4
@@ -185,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rendezvous-port", type=int, default=None,
                     help="baselines: TCP port on the first host where all ranks meet "
                          "(default 29500 + job id)")
+    ap.add_argument("--train", type=int, default=0, metavar="STEPS",
+                    help="instead of timed all-reduces: train a small MLP on scikit-learn's "
+                         "digits for STEPS data-parallel steps (every rank a worker) and report "
+                         "iterations/s and test accuracy")
+    ap.add_argument("--global-batch", type=int, default=0,
+                    help="with --train: samples per step over all ranks (default 8 x ranks)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     try:
@@ -200,19 +233,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.strategy in ("passing", "ina") and mode != args.strategy:
         ap.error(f"--strategy {args.strategy}: job {params.get('job_id')} was created in mode "
                  f"{mode} (passing-ctl job create --mode {args.strategy})")
+    if args.train < 0:
+        ap.error("--train must be a number of steps (0: no training)")
     res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout,
-              args.min_rto, args.strategy, args.ifname, args.rendezvous_port)
+              args.min_rto, args.strategy, args.ifname, args.rendezvous_port, args.train,
+              args.global_batch)
     if args.json:
         print(json.dumps(res))
     elif not res["ok"]:
         print(f"passing-agent: {res['error']}", file=sys.stderr)
+    elif args.train:
+        print(f"{args.host} [{args.strategy}]: {res['steps']} steps on {res['world']} ranks, "
+              f"{res['iters_per_s']:.1f} it/s, test accuracy {res['accuracy']:.4f}, "
+              f"final loss {res['final_loss']:.4f}")
+        return 0
     else:
         print(f"{args.host} [{args.strategy}]: {res['local_ranks']} local ranks, "
               f"{res['bytes'] / 2**20:.1f} MiB, "
               f"{res['mean_s'] * 1e3:.1f} ms per all-reduce, {res['goodput_gbps']:.3f} Gbit/s, "
               f"{'correct' if res['correct'] else 'WRONG'} (max error {res['max_error']:.2e}, "
               f"tolerance {res['tolerance']:.2e}), {res['retransmissions']} retransmissions")
-    return 0 if res.get("ok") and res.get("correct") else 1
+    return 0 if res.get("ok") and (args.train or res.get("correct")) else 1
 
 
 if __name__ == "__main__":

@@ -126,11 +126,13 @@ class PassingNetwork:
         return self.create_job(ina_id, list(rec.spec["hosts"]), rec.pools[0].size, mode="ina")
 
     def allreduce(self, size: str = "1M", job_id: int | None = None, iters: int = 2,
-                  timeout: float = 20.0, strategy: str = "passing") -> dict[str, dict]:
+                  timeout: float = 20.0, strategy: str = "passing",
+                  train_steps: int = 0) -> dict[str, dict]:
         """Run passing-agent on every host of the job at once; their JSON reports. Baseline
         strategies run over the same hosts and links: ring, hier-ring and ps without the
         switch's aggregation (their traffic is ordinary L2 forwarding), ina through the
-        switch with every GPU rank streaming (on the job's INA companion, see ina_companion)."""
+        switch with every GPU rank streaming (on the job's INA companion, see ina_companion).
+        With train_steps the agents train the digits MLP instead (passing-agent --train)."""
         job_id = job_id if job_id is not None else min(self.jobs)
         params = self.jobs.get(job_id) or self.create_job(job_id)
         doc = json.loads(params.read_text())
@@ -142,7 +144,8 @@ class PassingNetwork:
                     [sys.executable, "-m", "host_agent.cli", "--params", str(params),
                      "--host", h, "--size", size, "--iters", str(iters), "--json",
                      "--timeout", str(timeout), "--strategy", strategy,
-                     "--ifname", self.net.get(h).defaultIntf().name],
+                     "--ifname", self.net.get(h).defaultIntf().name,
+                     "--train", str(train_steps)],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for h in hosts}
         out = {}
@@ -150,7 +153,8 @@ class PassingNetwork:
             try:
                 # A generous bound: a hung agent (e.g. a baseline's rendezvous) must not hang
                 # the caller; the agent's own deadline covers the switch.
-                stdout, stderr = p.communicate(timeout=timeout * (iters + 2) + 120)
+                bound = timeout * (iters + 2) + 120 + 2 * train_steps
+                stdout, stderr = p.communicate(timeout=bound)
             except subprocess.TimeoutExpired:
                 for q in procs.values():
                     q.kill()

@@ -1,0 +1,342 @@
+"""`make bench`: every all-reduce strategy on the same Mininet fabric, measured and compared with
+the analytical model (bench/analytic.py); then data-parallel training with each; then the CSVs,
+plots and docs/benchmarks.md.
+
+    sudo .venv/bin/python -m bench.sweep                # the full sweep (make bench)
+    sudo .venv/bin/python -m bench.sweep --quick        # small sizes, every strategy checked
+
+Per run it records the all-reduce time (the slowest host's mean over --iters timed calls), the
+bytes each host's link carried (its interface counters in the host's namespace), the packets the
+switches received (their ports' counters; for passing and ina also the P4 job counters), the
+slots of the job and the model's prediction. Counter deltas cover the warm-up call too and are
+divided by iters + 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import analytic
+from bench.analytic import Fabric, Rates
+from controller.tables.stats import StatsCounters
+from controller.topology import load
+from host_agent import STRATEGIES
+from passing.pipeline_files import REPO
+from topologies.network import INA_JOB_OFFSET, PassingNetwork
+
+ALLREDUCE_COLUMNS = ["topology", "target", "strategy", "hosts", "gpus_per_host", "size_bytes",
+                     "bw_mbps", "iters", "mean_s", "std_s", "algbw_gbps", "host_tx_bytes",
+                     "host_rx_bytes", "switch_packets", "slots", "predicted_s", "ratio",
+                     "bound", "correct", "agg_packets", "predicted_link_s",
+                     "predicted_switch_s", "predicted_host_s", "retransmissions"]
+TRAINING_COLUMNS = ["topology", "target", "strategy", "hosts", "gpus_per_host", "bw_mbps",
+                    "steps", "seconds", "iters_per_s", "accuracy", "final_loss"]
+KIB, MIB = 1 << 10, 1 << 20
+
+
+@dataclass
+class Scenario:
+    """One fabric (topology, target, link bandwidth, GPUs per host) and what to run on it."""
+
+    topo: str
+    target: str
+    bw_mbps: float
+    gpus: int
+    sizes: list[int]  # bytes
+    strategies: list[str]
+    host_counts: list[int] = field(default_factory=list)  # job sizes; empty: every host
+    train_steps: int = 0
+    iters: int = 2
+
+
+def plan(quick: bool, target: str) -> list[Scenario]:
+    """What `make bench` measures. Link bandwidths are chosen so that the links, not the CPUs
+    of this 2-core machine, bound the model's runs (the model forwards ~100k packets/s; a
+    20 Mbit/s host link carries 8k PASSING packets/s); BMv2 aggregates a few thousand packets/s,
+    so its links are shaped lower still."""
+    every = list(STRATEGIES)
+    if quick:
+        return [Scenario("star", "model", 0, 2, [16 * KIB, 64 * KIB], every, [],
+                         train_steps=20, iters=1)]
+    runs = [
+        # sizes, all strategies
+        Scenario("leafspine", "model", 20, 2, [64 * KIB, 256 * KIB, MIB, 4 * MIB], every,
+                 train_steps=200),
+        # bandwidth
+        Scenario("leafspine", "model", 10, 2, [MIB], every),
+        Scenario("leafspine", "model", 50, 2, [MIB], every),
+        # GPUs per host (one host count, one size): in-host pre-aggregation's lever
+        Scenario("leafspine", "model", 20, 1, [MIB], every),
+        Scenario("leafspine", "model", 20, 4, [MIB], every),
+        # hosts: jobs of 2 and 3 hosts on the same fabric
+        Scenario("leafspine", "model", 20, 2, [MIB], every, host_counts=[2, 3]),
+    ]
+    if target in ("auto", "bmv2") and _have_bmv2():
+        runs.append(Scenario("leafspine", "bmv2", 2, 2, [64 * KIB, 256 * KIB, MIB], every))
+    return runs
+
+
+def _have_bmv2() -> bool:
+    from topologies.mininet_nodes import pick_target
+    return pick_target("auto")[0] == "bmv2"
+
+
+# -- calibration: each component's own rate, measured alone ---------------------------------------
+def calibrate(target: str, seconds: float) -> dict:
+    from bench import switch_pps
+    sw = switch_pps.run(target, seconds)
+    agent = subprocess.run([sys.executable, "-m", "bench.agent_pps", "--sink", "udp",
+                            "--size", "512K", "--json"], cwd=REPO, capture_output=True,
+                           text=True, timeout=300, check=True)
+    return {"target": target, "switch_agg_pps": sw["aggregation"]["pps"],
+            "switch_fwd_pps": sw["forwarding"]["pps"],
+            "agent_pps": json.loads(agent.stdout)["pps"], "cores": os.cpu_count() or 1}
+
+
+# -- one fabric ---------------------------------------------------------------------------------
+def _variant(topo: str, bw_mbps: float, gpus: int, work: Path) -> Path:
+    """The shipped topology with every link shaped to bw_mbps and `gpus` GPUs per host."""
+    doc = json.loads((REPO / "topologies" / f"{topo}.json").read_text())
+    for h in doc["hosts"].values():
+        h["gpus"] = gpus
+    for link in doc["links"]:
+        link.pop("bw", None)
+        if bw_mbps:
+            link["bw"] = bw_mbps
+    path = work / f"{topo}-{bw_mbps:g}mbit-{gpus}gpu.json"
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def _read(path: str) -> int:
+    with open(path) as fh:
+        return int(fh.read())
+
+
+class Counters:
+    """Interface counters of the job's hosts (in their namespaces) and of every switch port."""
+
+    def __init__(self, pnet: PassingNetwork, hosts: list[str]):
+        self.pnet = pnet
+        self.hosts = hosts
+        self.switch_intfs = [i.name for s in pnet.net.switches for i in s.intfList()
+                             if i.name != "lo"]
+
+    def snapshot(self) -> dict:
+        snap = {}
+        for h in self.hosts:
+            node = self.pnet.net.get(h)
+            intf = node.defaultIntf().name
+            out = node.cmd(f"cat /sys/class/net/{intf}/statistics/tx_bytes "
+                           f"/sys/class/net/{intf}/statistics/rx_bytes").split()
+            snap[h] = (int(out[0]), int(out[1]))
+        snap["switch_rx"] = sum(_read(f"/sys/class/net/{i}/statistics/rx_packets")
+                                for i in self.switch_intfs)
+        return snap
+
+
+def _agg_packets(pnet: PassingNetwork, job_id: int) -> int:
+    """Every packet the P4 pipelines counted for the job (all events and drops)."""
+    rec = pnet.ctl.job(job_id)
+    return sum(sum(StatsCounters(pnet.ctl.conn(p.switch)).events(p.stat_idx).values())
+               for p in rec.pools)
+
+
+def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, writer_t,
+                 log) -> None:
+    topo_path = _variant(sc.topo, sc.bw_mbps, sc.gpus, work)
+    topo = load(topo_path)
+    pnet = PassingNetwork(topo, topo_path, sc.target, work / f"run-{topo_path.stem}-{sc.target}")
+    pnet.start()
+    try:
+        all_hosts = sorted(topo.hosts)
+        counts = sc.host_counts or [len(all_hosts)]
+        for n_hosts in counts:
+            hosts = _spread(topo, n_hosts)
+            job_id = n_hosts  # one job per host count, over hosts spread across racks
+            pnet.create_job(job_id, hosts, window=64)
+            racks = tuple(sum(1 for h in hosts if topo.hosts[h].rack == r)
+                          for r in sorted({topo.hosts[h].rack for h in hosts}))
+            fabric = Fabric(racks, sc.gpus, sc.bw_mbps * 1e6, sc.bw_mbps * 1e6)
+            for size in sc.sizes:
+                for strategy in sc.strategies:
+                    row = measure(pnet, job_id, hosts, fabric, size, strategy, sc, rates)
+                    writer_a(row)
+                    log(f"{sc.topo}/{sc.target} {sc.bw_mbps:g} Mbit/s {n_hosts}x{sc.gpus} "
+                        f"{size // KIB} KiB {strategy:9s}: {row['mean_s'] * 1e3:9.1f} ms "
+                        f"(model {row['predicted_s'] * 1e3:9.1f} ms, {row['bound']}) "
+                        f"{'correct' if row['correct'] else 'WRONG'}")
+            if sc.train_steps:
+                for strategy in sc.strategies:
+                    row = train(pnet, job_id, hosts, strategy, sc)
+                    writer_t(row)
+                    log(f"train {strategy:9s}: {row['iters_per_s']:.1f} it/s, accuracy "
+                        f"{row['accuracy']:.4f}")
+    finally:
+        pnet.stop()
+
+
+def _spread(topo, n: int) -> list[str]:
+    """n hosts taken round-robin over the racks (so 2 hosts on leafspine span both racks)."""
+    by_rack: dict[str, list[str]] = {}
+    for name in sorted(topo.hosts):
+        by_rack.setdefault(topo.hosts[name].rack, []).append(name)
+    order = [h for i in range(max(map(len, by_rack.values())))
+             for r in sorted(by_rack) for h in by_rack[r][i:i + 1]]
+    return sorted(order[:n])
+
+
+def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: Fabric, size: int,
+            strategy: str, sc: Scenario, rates: dict[str, Rates]) -> dict:
+    counters = Counters(pnet, hosts)
+    agg_job = INA_JOB_OFFSET + job_id if strategy == "ina" else job_id
+    if strategy == "ina":
+        pnet.ina_companion(job_id)
+    agg_before = _agg_packets(pnet, agg_job) if strategy in ("passing", "ina") else 0
+    before = counters.snapshot()
+    res = pnet.allreduce(str(size // 4), job_id, sc.iters, timeout=60.0, strategy=strategy)
+    after = counters.snapshot()
+    agg = (_agg_packets(pnet, agg_job) - agg_before) if strategy in ("passing", "ina") else 0
+    calls = sc.iters + 1
+    ok = all(r.get("ok") for r in res.values())
+    slowest = max(res.values(), key=lambda r: r.get("mean_s", 0.0)) if ok else {}
+    mean = slowest.get("mean_s", float("nan"))
+    times = slowest.get("times", [])
+    std = (sum((t - mean) ** 2 for t in times) / len(times)) ** 0.5 if times else 0.0
+    pred = analytic.predict(strategy, fabric, size, rates[sc.target],
+                            window=pnet.ctl.job(job_id).pools[0].size)
+    tx = max(after[h][0] - before[h][0] for h in hosts) / calls
+    rx = max(after[h][1] - before[h][1] for h in hosts) / calls
+    return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
+            "hosts": len(hosts), "gpus_per_host": sc.gpus, "size_bytes": size,
+            "bw_mbps": sc.bw_mbps, "iters": sc.iters, "mean_s": mean, "std_s": std,
+            "algbw_gbps": size * 8 / mean / 1e9 if ok else 0.0,
+            "host_tx_bytes": tx, "host_rx_bytes": rx,
+            "switch_packets": (after["switch_rx"] - before["switch_rx"]) // calls,
+            "slots": pnet.ctl.job(agg_job).pools[0].size if strategy in ("passing", "ina")
+            else 0,
+            "predicted_s": pred.seconds, "ratio": mean / pred.seconds if pred.seconds else 0.0,
+            "bound": pred.bound,
+            "correct": ok and all(r.get("correct") for r in res.values()),
+            "agg_packets": agg // calls, "predicted_link_s": pred.link_s,
+            "predicted_switch_s": pred.switch_s, "predicted_host_s": pred.host_s,
+            "retransmissions": sum(r.get("retransmissions", 0) for r in res.values()),
+            "errors": {h: r.get("error") for h, r in res.items() if not r.get("ok")}}
+
+
+def train(pnet: PassingNetwork, job_id: int, hosts: list[str], strategy: str,
+          sc: Scenario) -> dict:
+    res = pnet.allreduce("1", job_id, 1, timeout=60.0, strategy=strategy,
+                         train_steps=sc.train_steps)
+    bad = {h: r.get("error") for h, r in res.items() if not r.get("ok")}
+    if bad:
+        raise RuntimeError(f"training with {strategy} failed: {bad}")
+    # Every rank trains the same model; the slowest host sets the pace.
+    slowest = min(res.values(), key=lambda r: r["iters_per_s"])
+    return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
+            "hosts": len(hosts), "gpus_per_host": sc.gpus, "bw_mbps": sc.bw_mbps,
+            "steps": slowest["steps"], "seconds": slowest["seconds"],
+            "iters_per_s": slowest["iters_per_s"], "accuracy": slowest["accuracy"],
+            "final_loss": slowest["final_loss"]}
+
+
+class CsvOut:
+    def __init__(self, path: Path, columns: list[str]):
+        self.fh = path.open("w", newline="")
+        self.w = csv.DictWriter(self.fh, columns, extrasaction="ignore")
+        self.w.writeheader()
+        self.rows: list[dict] = []
+
+    def __call__(self, row: dict) -> None:
+        self.w.writerow(row)
+        self.fh.flush()  # a long sweep that is interrupted keeps what it measured
+        self.rows.append(row)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.sweep", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--quick", action="store_true",
+                    help="CI mode: star, software model, small sizes, few training steps")
+    ap.add_argument("--target", choices=["auto", "model", "bmv2"], default="auto",
+                    help="auto (default): the model for the big sweeps, plus BMv2 at low "
+                         "bandwidth when installed; model: the model only")
+    ap.add_argument("--out", default="build/bench", help="CSV, calibration, plots (default "
+                    "build/bench)")
+    ap.add_argument("--report", default=None,
+                    help="write the results into this Markdown file (make bench: "
+                         "docs/benchmarks.md, plots next to it)")
+    ap.add_argument("--calibrate-seconds", type=float, default=3.0)
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench.sweep: Mininet needs root (sudo make bench)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scenarios = plan(args.quick, args.target)
+    log_file = (out / "sweep.log").open("w")
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        log_file.write(msg + "\n")
+        log_file.flush()
+
+    t0 = time.time()
+    rates, calib = {}, {}
+    for target in sorted({sc.target for sc in scenarios}):
+        calib[target] = calibrate(target, 1.0 if args.quick else args.calibrate_seconds)
+        rates[target] = Rates(calib[target]["switch_agg_pps"], calib[target]["switch_fwd_pps"],
+                              calib[target]["agent_pps"], calib[target]["cores"])
+        log(f"calibration {target}: {calib[target]}")
+    (out / "calibration.json").write_text(json.dumps(calib, indent=2) + "\n")
+    a_csv, t_csv = out / "allreduce.csv", out / "training.csv"
+    writer_a, writer_t = CsvOut(a_csv, ALLREDUCE_COLUMNS), CsvOut(t_csv, TRAINING_COLUMNS)
+    subprocess.run([str(REPO / "scripts" / "stop.sh")], capture_output=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="passing-bench-") as tmp:
+            for sc in scenarios:
+                run_scenario(sc, rates, Path(tmp), writer_a, writer_t, log)
+    finally:
+        writer_a.close()
+        writer_t.close()
+    wrong = [r for r in writer_a.rows if not r["correct"]]
+    for r in wrong:
+        log(f"WRONG: {r['strategy']} {r['size_bytes']} bytes: {r.get('errors')}")
+    log(f"sweep done in {time.time() - t0:.0f} s: {len(writer_a.rows)} all-reduce runs, "
+        f"{len(writer_t.rows)} training runs, {len(wrong)} wrong; CSVs in {out}")
+    if args.report:
+        from bench import report
+        report_path = Path(args.report)
+        plots_dir = report_path.parent / report_path.stem
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "machine": f"{platform.node()}, {platform.platform()}, "
+                           f"{os.cpu_count()} cores",
+                "command": "make bench" + (" (quick)" if args.quick else ""),
+                "sweep time": f"{time.time() - t0:.0f} s",
+                "calibration": "; ".join(
+                    f"{t}: switch {c['switch_agg_pps']:.0f} aggregation / "
+                    f"{c['switch_fwd_pps']:.0f} forwarding packets/s, agent "
+                    f"{c['agent_pps']:.0f} packets/s" for t, c in calib.items())}
+        from bench.plots import make_plots
+        plots = make_plots(a_csv, t_csv if writer_t.rows else None, plots_dir)
+        report.write_report(a_csv, t_csv if writer_t.rows else None, plots, report_path, meta)
+        log(f"report {report_path}, plots in {plots_dir}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
