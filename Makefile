@@ -54,11 +54,13 @@ lint:
 # The comparison of strategies (bench/sweep.py); needs root for Mininet.
 bench:
 	@[ "$$(id -u)" = 0 ] || { echo "make bench: Mininet needs root (sudo make bench)"; exit 2; }
+	@./scripts/stop.sh >/dev/null  # whatever an interrupted run left behind
 	@if command -v $(P4C) >/dev/null 2>&1; then $(MAKE) -s build; fi
 	$(PY) -m bench.sweep --out $(BUILD)/bench --report docs/benchmarks.md
 
 bench-quick:
 	@[ "$$(id -u)" = 0 ] || { echo "make bench-quick: Mininet needs root"; exit 2; }
+	@./scripts/stop.sh >/dev/null
 	$(PY) -m bench.sweep --quick --out $(BUILD)/bench-quick --report $(BUILD)/bench-quick/benchmarks.md
 
 bench-bmv2: build

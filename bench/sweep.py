@@ -70,7 +70,7 @@ def plan(quick: bool, target: str) -> list[Scenario]:
                          train_steps=20, iters=1)]
     runs = [
         # sizes, all strategies
-        Scenario("leafspine", "model", 20, 2, [64 * KIB, 256 * KIB, MIB, 4 * MIB], every,
+        Scenario("leafspine", "model", 20, 2, [64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB], every,
                  train_steps=200),
         # bandwidth
         Scenario("leafspine", "model", 10, 2, [MIB], every),
@@ -305,7 +305,6 @@ def main(argv: list[str] | None = None) -> int:
     (out / "calibration.json").write_text(json.dumps(calib, indent=2) + "\n")
     a_csv, t_csv = out / "allreduce.csv", out / "training.csv"
     writer_a, writer_t = CsvOut(a_csv, ALLREDUCE_COLUMNS), CsvOut(t_csv, TRAINING_COLUMNS)
-    subprocess.run([str(REPO / "scripts" / "stop.sh")], capture_output=True)
     try:
         with tempfile.TemporaryDirectory(prefix="passing-bench-") as tmp:
             for sc in scenarios:

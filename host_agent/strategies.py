@@ -7,7 +7,7 @@ Every strategy sums a tensor over every rank of every host, in place:
 * `hier-ring`: local reduce, all-reduce among the hosts' leaders, local broadcast (Horovod's
   hierarchical all-reduce).
 * `ps`: a parameter server on the first host's leader: every other rank sends its tensor there
-  (push), the server sums, and sends the sum back to each (pull).
+  (push), the server sums, and sends the sum back to each (pull), chunk by chunk, pipelined.
 * `ina`: switch-only in-network aggregation (SwitchML/ATP): no local step, every rank streams
   its own tensor through the switch as a contributor of its own. Needs a job created in mode
   `ina` (the switch admits a range of contributor ids per port and answers each rank).
@@ -28,6 +28,8 @@ from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from host_agent.transport import UdpTransport
 
 __all__ = ["STRATEGIES", "InaAllreduce", "PassingAllreduce", "Ranks", "build"]
+
+PS_CHUNK_BYTES = 256 << 10  # the parameter server's pipelining unit
 
 
 @dataclass
@@ -111,20 +113,32 @@ def build(strategy: str, ranks: Ranks, params: dict, host: str,
         return hier_ring
 
     server = ranks.leaders[0]
-    world = sum(ranks.local_size)
+    others = [r for r in range(sum(ranks.local_size)) if r != server]
 
     def ps(t: torch.Tensor) -> torch.Tensor:
+        # Chunked and pipelined, as a real parameter server streams: the server sums chunk c
+        # and sends it back while the pushes of later chunks still arrive, so pushes and pulls
+        # share the server's link in both directions instead of taking turns.
+        flat = t.view(-1)
+        chunks = flat.split(max(1, PS_CHUNK_BYTES // flat.element_size()))
         if ranks.rank == server:
-            buf = torch.empty_like(t)
-            for r in range(world):
-                if r != server:
-                    dist.recv(buf, src=r)
-                    t += buf
-            for r in range(world):
-                if r != server:
-                    dist.send(t, dst=r)
-        else:
-            dist.send(t, dst=server)
-            dist.recv(t, src=server)
+            bufs = {(c, r): torch.empty_like(ch) for c, ch in enumerate(chunks) for r in others}
+            pushes = {k: dist.irecv(buf, src=k[1], tag=k[0]) for k, buf in bufs.items()}
+            pulls = []
+            for c, ch in enumerate(chunks):
+                for r in others:  # in rank order: the same sum on every run
+                    pushes[c, r].wait()
+                    ch += bufs[c, r]
+                pulls += [dist.isend(ch, dst=r, tag=c) for r in others]
+            for w in pulls:
+                w.wait()
+            return t
+        result = torch.empty_like(flat)
+        pushes = [dist.isend(ch, dst=server, tag=c) for c, ch in enumerate(chunks)]
+        pulls = [dist.irecv(out, src=server, tag=c)
+                 for c, out in enumerate(result.split(chunks[0].numel()))]
+        for w in pushes + pulls:
+            w.wait()
+        flat.copy_(result)
         return t
     return ps

@@ -69,8 +69,9 @@ def free_tcp_port() -> int:
 
 @pytest.mark.parametrize("strategy", ["ring", "hier-ring", "ps"])
 def test_baseline_strategies_get_the_same_correct_sum(params_file, strategy):
+    # 150K values = 600 KB: several of the parameter server's 256 KB chunks, the last one short.
     port = str(free_tcp_port())
-    procs = [agent("--params", str(params_file), "--host", h, "--size", "2K", "--iters", "1",
+    procs = [agent("--params", str(params_file), "--host", h, "--size", "150K", "--iters", "1",
                    "--strategy", strategy, "--ifname", "lo", "--rendezvous-port", port,
                    "--json") for h in ("h1", "h2")]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -105,3 +106,22 @@ def test_strategy_must_match_the_jobs_mode(params_file):
     p = agent("--params", str(params_file), "--host", "h1", "--strategy", "ina")
     _, err = p.communicate(timeout=60)
     assert p.returncode == 2 and "created in mode passing" in err, err
+
+
+def test_training_through_the_switch_matches_gloo_ring(params_file):
+    """Same seed and steps: PASSING's fixed-point aggregation trains to ring's accuracy."""
+    def train(strategy: str) -> dict:
+        port = str(free_tcp_port())
+        procs = [agent("--params", str(params_file), "--host", h, "--train", "40",
+                       "--strategy", strategy, "--ifname", "lo", "--rendezvous-port", port,
+                       "--json") for h in ("h1", "h2")]
+        outs = [p.communicate(timeout=240) for p in procs]
+        for p, (_, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, err[-2000:]
+        return json.loads(outs[0][0])
+    passing, ring = train("passing"), train("ring")
+    assert passing["world"] == ring["world"] == 4 and passing["steps"] == 40
+    assert passing["packets"] > 0
+    assert abs(passing["accuracy"] - ring["accuracy"]) <= 0.01
+    assert abs(passing["param_checksum"] - ring["param_checksum"]) <= 1e-3 * ring["param_checksum"]
+    assert ring["accuracy"] > 0.5
