@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import analytic
+from bench import analytic, report
 from bench.analytic import Fabric, Rates
 from controller.tables.stats import StatsCounters
 from controller.topology import load
@@ -34,13 +34,10 @@ from host_agent import STRATEGIES
 from passing.pipeline_files import REPO
 from topologies.network import INA_JOB_OFFSET, PassingNetwork
 
-ALLREDUCE_COLUMNS = ["topology", "target", "strategy", "hosts", "gpus_per_host", "size_bytes",
-                     "bw_mbps", "iters", "mean_s", "std_s", "algbw_gbps", "host_tx_bytes",
-                     "host_rx_bytes", "switch_packets", "slots", "predicted_s", "ratio",
-                     "bound", "correct", "agg_packets", "predicted_link_s",
+# What bench.report reads, then what only the CSV keeps (the model's three bounds, and more).
+ALLREDUCE_COLUMNS = [*report.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
                      "predicted_switch_s", "predicted_host_s", "retransmissions"]
-TRAINING_COLUMNS = ["topology", "target", "strategy", "hosts", "gpus_per_host", "bw_mbps",
-                    "steps", "seconds", "iters_per_s", "accuracy", "final_loss"]
+TRAINING_COLUMNS = list(report.TRAINING_COLUMNS)
 KIB, MIB = 1 << 10, 1 << 20
 
 
@@ -318,7 +315,6 @@ def main(argv: list[str] | None = None) -> int:
     log(f"sweep done in {time.time() - t0:.0f} s: {len(writer_a.rows)} all-reduce runs, "
         f"{len(writer_t.rows)} training runs, {len(wrong)} wrong; CSVs in {out}")
     if args.report:
-        from bench import report
         report_path = Path(args.report)
         plots_dir = report_path.parent / report_path.stem
         meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
