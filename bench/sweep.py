@@ -39,6 +39,7 @@ ALLREDUCE_COLUMNS = [*report.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s
                      "predicted_switch_s", "predicted_host_s", "retransmissions"]
 TRAINING_COLUMNS = list(report.TRAINING_COLUMNS)
 KIB, MIB = 1 << 10, 1 << 20
+WINDOW = 64  # slots per job and switch (the agents' window)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Scenario:
     host_counts: list[int] = field(default_factory=list)  # job sizes; empty: every host
     train_steps: int = 0
     iters: int = 2
+    window: int = WINDOW
 
 
 def plan(quick: bool, target: str) -> list[Scenario]:
@@ -161,7 +163,7 @@ def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, wr
         for n_hosts in counts:
             hosts = _spread(topo, n_hosts)
             job_id = n_hosts  # one job per host count, over hosts spread across racks
-            pnet.create_job(job_id, hosts, window=64)
+            pnet.create_job(job_id, hosts, window=sc.window)
             racks = tuple(sum(1 for h in hosts if topo.hosts[h].rack == r)
                           for r in sorted({topo.hosts[h].rack for h in hosts}))
             fabric = Fabric(racks, sc.gpus, sc.bw_mbps * 1e6, sc.bw_mbps * 1e6)

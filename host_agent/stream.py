@@ -81,6 +81,7 @@ class SlotStreamer:
         self.srtt: float | None = None
         self.rttvar = 0.0
         self.rto = cfg.rto
+        self._backoff_at = float("-inf")
 
     def _sample_rtt(self, rtt: float) -> None:
         if self.srtt is None:
@@ -187,8 +188,10 @@ class SlotStreamer:
                 raise SwitchTimeout(
                     f"job {cfg.job_id}: no result from the switch for {cfg.deadline:.1f}s "
                     f"(slots {waiting} waiting, {self.stats.retransmissions} retransmissions)")
+            expired = False
             for p in pending.values():
                 if now >= p.sent + p.rto:
+                    expired = True
                     p.rto = min(p.rto * 2, cfg.max_rto)
                     p.resent = True
                     self.stats.retransmissions += 1
@@ -196,6 +199,14 @@ class SlotStreamer:
                         p.payload, int(P.Flag.CONTRIB | P.Flag.RETRANS)))
                     p.sent = now
                     self.stats.packets += 1
+            # RFC 6298 (5.5-5.7): a timeout also backs off the timer of packets sent later,
+            # until a clean round trip is measured. Backing off only the packet that timed out
+            # leaves new packets on the old timer; when the round trip has grown past it (a
+            # queue filling on a slow link) every packet is resent, Karn's rule discards every
+            # sample, and the timer never catches up. Once per timer period, not per packet.
+            if expired and now - self._backoff_at >= self.rto:
+                self.rto = min(self.rto * 2, cfg.max_rto)
+                self._backoff_at = now
         return out, agreed
 
     def _collect(self, payloads: list[bytes], pending: dict[int, _Pending],
