@@ -22,6 +22,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -123,12 +124,27 @@ class JobStore:
             self._db = None
             raise
 
+    @staticmethod
+    def _set_wal(db: sqlite3.Connection) -> None:
+        """Switching a new file to WAL takes an exclusive lock and, while another store races
+        to create the same file, fails at once with "database is locked" instead of waiting
+        on the busy timeout: retried here until that timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
     def _open(self) -> None:
         db = self._conn()
         try:
             # WAL lets readers in other JobStores proceed while one writes; FULL makes every
             # commit durable, which is the point of this store.
-            db.execute("PRAGMA journal_mode=WAL")
+            self._set_wal(db)
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA foreign_keys=ON")
             with self._write() as db:

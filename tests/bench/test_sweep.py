@@ -35,9 +35,11 @@ def test_quick_sweep_checks_every_strategy_and_writes_the_report(tmp_path):
         for s in STRATEGIES:
             assert float(by[s, size]["host_rx_bytes"]) >= size * 0.9, (s, size)
             assert float(by[s, size]["predicted_s"]) > 0
-        assert int(by["passing", size]["agg_packets"]) > 0
-        # ina streams one copy per GPU (2 per host): about twice passing's packets.
-        assert int(by["ina", size]["agg_packets"]) > 1.5 * int(by["passing", size]["agg_packets"])
+        # The P4 counters saw every stream's value packets: one per host with PASSING, one
+        # per GPU (2 per host, 4 hosts) with ina. (Resends only add to these.)
+        blocks = size // 256
+        assert int(by["passing", size]["agg_packets"]) >= 4 * blocks
+        assert int(by["ina", size]["agg_packets"]) >= 8 * blocks
     with (out / "training.csv").open() as fh:
         train = {r["strategy"]: r for r in csv.DictReader(fh)}
     assert set(train) == set(STRATEGIES)
