@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import queue
 import socket
 import traceback
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from bench.training import load_digits_split, make_model, train
+from tests.spawned import run_ranks
 
 WORLD, STEPS, SEED, GLOBAL_BATCH = 2, 30, 3, 64
 
@@ -75,29 +75,8 @@ def test_allreduce_sees_one_float32_tensor_per_step():
 
 
 def test_two_gloo_ranks_match_one_process_on_the_global_batch():
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, port, out)) for r in range(WORLD)]
-    results = {}
-    try:
-        for p in procs:
-            p.start()
-        for _ in range(WORLD):
-            r = out.get(timeout=120)
-            results[r["rank"]] = r
-    except queue.Empty:
-        pytest.fail(f"workers did not finish; got ranks {sorted(results)}")
-    finally:
-        for p in procs:
-            if p.pid is None:
-                continue
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-    errors = [r["error"] for r in results.values() if "error" in r]
-    assert not errors, errors[0]
+    results = run_ranks(worker, WORLD, lambda r: (r, port), timeout=120)
 
     single = train(identity, 0, 1, STEPS, seed=SEED, global_batch=GLOBAL_BATCH)
     ranks = [results[r]["result"] for r in range(WORLD)]

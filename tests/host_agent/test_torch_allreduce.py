@@ -5,7 +5,6 @@ model trained with the PASSING hook ends where DDP's own all-reduce ends."""
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue
 import socket
 import traceback
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 from testbed.loopback import UdpLoopbackSwitch
+from tests.spawned import run_ranks
 
 HOSTS, LOCAL = 2, 2
 WORLD = HOSTS * LOCAL
@@ -92,27 +92,9 @@ def switch():
 
 
 def test_local_ranks_allreduce_and_train_with_the_ddp_hook(switch):
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, port, switch.agent_params(), out))
-             for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    results = {}
-    try:
-        for _ in range(WORLD):
-            r = out.get(timeout=180)
-            results[r["rank"]] = r
-    except queue.Empty:
-        pytest.fail(f"workers did not finish; got ranks {sorted(results)}")
-    finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-    errors = [r["error"] for r in results.values() if "error" in r]
-    assert not errors, errors[0]
+    params = switch.agent_params()
+    results = run_ranks(worker, WORLD, lambda r: (r, port, params), timeout=180)
 
     expected = sum(np.arange(1000, dtype=np.float64) * (r + 1) - 7.5 for r in range(WORLD))
     for r in range(WORLD):
