@@ -26,6 +26,14 @@ _MESSAGES = {_NONFINITE: "NaN or Inf in the gradients", _TIMEOUT: "the switch di
              _OTHER: "the leader failed"}
 
 
+def stream_tensor(streamer: SlotStreamer, tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` summed through the switch by `streamer`, in place (on its own device and
+    dtype): the streamer works on float64 numpy values on the CPU."""
+    total = streamer.allreduce(tensor.detach().to("cpu", torch.float64).numpy())
+    tensor.copy_(torch.from_numpy(np.asarray(total).reshape(tensor.shape)))
+    return tensor
+
+
 class AllreduceError(RuntimeError):
     """The all-reduce could not be completed; raised on every local rank."""
 
@@ -61,9 +69,7 @@ class PassingAllreduce:
         message = ""
         if self.is_leader:
             try:
-                host_sum = tensor.detach().to("cpu", torch.float64).numpy()
-                total = self.streamer.allreduce(host_sum)
-                tensor.copy_(torch.from_numpy(np.asarray(total).reshape(tensor.shape)))
+                stream_tensor(self.streamer, tensor)
             except NonFiniteError as e:
                 status[0], message = _NONFINITE, str(e)
             except SwitchTimeout as e:

@@ -66,6 +66,8 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
         params, host = args["params"], args["host"]
         hosts = sorted(params["hosts"])
         host_index = hosts.index(host)
+        ranks = strategies.Ranks(host_index, rank,
+                                 [params["hosts"][h].get("local_gpus", 1) for h in hosts])
         stream = dict(rto=args["rto"], min_rto=min(args["min_rto"], args["rto"]),
                       deadline=args["timeout"])
         # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
@@ -90,8 +92,6 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             # (ina only for the barrier that starts each timed call together).
             if args["ifname"]:
                 os.environ["GLOO_SOCKET_IFNAME"] = args["ifname"]
-            ranks = strategies.Ranks(host_index, rank,
-                                     [params["hosts"][h].get("local_gpus", 1) for h in hosts])
             first = params["hosts"][hosts[0]]["host_ip"]
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
                                     init_method=f"tcp://{first}:{args['rendezvous_port']}")
@@ -102,7 +102,7 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
                 allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
                 stats = None
         if args["train_steps"]:
-            out.put(_train(allreduce, rank, host_index, params, args, stats))
+            out.put(_train(allreduce, ranks, args, stats))
             dist.destroy_process_group()
             return
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
@@ -121,26 +121,28 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
                      "device": str(device), "times": times, "max_error": err,
                      "tolerance": 1e-5 * largest * count, "contributors": count,
-                     "packets": stats.packets if stats else 0,
-                     "retransmissions": stats.retransmissions if stats else 0})
+                     **_stream_counts(stats)})
         dist.destroy_process_group()
     except Exception as e:
         out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
 
 
-def _train(allreduce, rank: int, host_index: int, params: dict, args: dict, stats) -> dict:
+def _stream_counts(stats) -> dict:
+    """What this rank's own switch stream sent (zero for strategies without one)."""
+    return {"packets": stats.packets if stats else 0,
+            "retransmissions": stats.retransmissions if stats else 0}
+
+
+def _train(allreduce, ranks, args: dict, stats) -> dict:
     """The training workload (bench/training.py) with this strategy's all-reduce: every rank
     of every host is one data-parallel worker."""
     from bench.training import train
 
-    hosts = sorted(params["hosts"])
-    gpus = [params["hosts"][h].get("local_gpus", 1) for h in hosts]
-    world = sum(gpus)
-    res = train(allreduce, sum(gpus[:host_index]) + rank, world, args["train_steps"],
+    world = sum(ranks.local_size)
+    res = train(allreduce, ranks.rank, world, args["train_steps"],
                 seed=args["seed"], global_batch=args["global_batch"] or 8 * world)
-    res.update({"ok": True, "rank": rank, "strategy": args["strategy"], "world": world,
-                "packets": stats.packets if stats else 0,
-                "retransmissions": stats.retransmissions if stats else 0})
+    res.update({"ok": True, "rank": ranks.local_rank, "strategy": args["strategy"],
+                "world": world, **_stream_counts(stats)})
     return res
 
 

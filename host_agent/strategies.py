@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from host_agent import STRATEGIES
-from host_agent.allreduce import PassingAllreduce
+from host_agent.allreduce import PassingAllreduce, stream_tensor
 from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from host_agent.transport import UdpTransport
 
@@ -73,9 +72,7 @@ class InaAllreduce:
         self.streamer = SlotStreamer(cfg, transport)
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        total = self.streamer.allreduce(tensor.detach().to("cpu", torch.float64).numpy())
-        tensor.copy_(torch.from_numpy(np.asarray(total).reshape(tensor.shape)))
-        return tensor
+        return stream_tensor(self.streamer, tensor)
 
 
 def build(strategy: str, ranks: Ranks, params: dict, host: str,
