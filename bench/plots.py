@@ -41,6 +41,7 @@ from bench.report import (  # noqa: E402
     main_group,
     order_strategies,
     speedups,
+    training_by_group,
 )
 
 DPI = 150
@@ -357,9 +358,7 @@ def plot_bandwidth(runs: list[Run], out: Path) -> Path | None:
 def plot_training(rows: list[TrainRow], out: Path) -> Path | None:
     if not rows:
         return None
-    configs: dict[GroupKey, dict[str, TrainRow]] = {}
-    for r in rows:
-        configs.setdefault(r.config, {})[r.strategy] = r
+    configs = training_by_group(rows)
     keys = list(configs)
     strategies = order_strategies(r.strategy for r in rows)
     single = len(keys) == 1

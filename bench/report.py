@@ -59,16 +59,27 @@ PLOT_CAPTIONS = {
 
 
 @dataclass(frozen=True)
-class Run:
-    """One all-reduce measurement: a (configuration, strategy) row of allreduce.csv."""
+class Configured:
+    """What identifies a configuration in both CSVs: runs with the same group differ only in
+    tensor size (and strategy)."""
 
     topology: str
     target: str
     strategy: str
     hosts: int
     gpus_per_host: int
-    size_bytes: int
     bw_mbps: float
+
+    @property
+    def group(self) -> GroupKey:
+        return (self.topology, self.target, self.bw_mbps, self.hosts, self.gpus_per_host)
+
+
+@dataclass(frozen=True)
+class Run(Configured):
+    """One all-reduce measurement: a (configuration, strategy) row of allreduce.csv."""
+
+    size_bytes: int
     iters: int
     mean_s: float
     std_s: float
@@ -82,30 +93,16 @@ class Run:
     bound: str
     correct: bool
 
-    @property
-    def group(self) -> GroupKey:
-        return (self.topology, self.target, self.bw_mbps, self.hosts, self.gpus_per_host)
-
 
 @dataclass(frozen=True)
-class TrainRow:
+class TrainRow(Configured):
     """One training run: a row of training.csv."""
 
-    topology: str
-    target: str
-    strategy: str
-    hosts: int
-    gpus_per_host: int
-    bw_mbps: float
     steps: int
     seconds: float
     iters_per_s: float
     accuracy: float
     final_loss: float
-
-    @property
-    def config(self) -> GroupKey:
-        return (self.topology, self.target, self.bw_mbps, self.hosts, self.gpus_per_host)
 
 
 # ---------------------------------------------------------------------------- loading
@@ -170,6 +167,14 @@ def order_strategies(names: Iterable[str]) -> list[str]:
     present = set(names)
     known = [s for s in STRATEGY_ORDER if s in present]
     return known + sorted(present - set(STRATEGY_ORDER))
+
+
+def training_by_group(rows: Iterable[TrainRow]) -> dict[GroupKey, dict[str, TrainRow]]:
+    """Training rows by configuration, then strategy (a repeated strategy keeps the last)."""
+    out: dict[GroupKey, dict[str, TrainRow]] = {}
+    for r in rows:
+        out.setdefault(r.group, {})[r.strategy] = r
+    return out
 
 
 def group_runs(runs: Iterable[Run]) -> dict[GroupKey, list[Run]]:
@@ -361,9 +366,7 @@ def _accuracy_check(row: TrainRow, ring: TrainRow | None) -> tuple[str, bool]:
 
 
 def _training_section(rows: list[TrainRow]) -> list[str]:
-    configs: dict[GroupKey, dict[str, TrainRow]] = {}
-    for r in rows:
-        configs.setdefault(r.config, {})[r.strategy] = r
+    configs = training_by_group(rows)
     lines = ["### Training", ""]
     failed: list[str] = []
     for key, at in configs.items():

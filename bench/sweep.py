@@ -158,8 +158,7 @@ def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, wr
     pnet = PassingNetwork(topo, topo_path, sc.target, work / f"run-{topo_path.stem}-{sc.target}")
     pnet.start()
     try:
-        all_hosts = sorted(topo.hosts)
-        counts = sc.host_counts or [len(all_hosts)]
+        counts = sc.host_counts or [len(topo.hosts)]
         for n_hosts in counts:
             hosts = _spread(topo, n_hosts)
             job_id = n_hosts  # one job per host count, over hosts spread across racks
@@ -198,22 +197,25 @@ def _spread(topo, n: int) -> list[str]:
 def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: Fabric, size: int,
             strategy: str, sc: Scenario, rates: dict[str, Rates]) -> dict:
     counters = Counters(pnet, hosts)
-    agg_job = INA_JOB_OFFSET + job_id if strategy == "ina" else job_id
+    # The switch aggregates for passing and ina (on the job's INA companion); the others only
+    # forward.
+    switched = strategy in ("passing", "ina")
     if strategy == "ina":
         pnet.ina_companion(job_id)
-    agg_before = _agg_packets(pnet, agg_job) if strategy in ("passing", "ina") else 0
+    agg_job = INA_JOB_OFFSET + job_id if strategy == "ina" else job_id
+    window = pnet.ctl.job(job_id).pools[0].size
+    agg_before = _agg_packets(pnet, agg_job) if switched else 0
     before = counters.snapshot()
     res = pnet.allreduce(str(size // 4), job_id, sc.iters, timeout=60.0, strategy=strategy)
     after = counters.snapshot()
-    agg = (_agg_packets(pnet, agg_job) - agg_before) if strategy in ("passing", "ina") else 0
+    agg = _agg_packets(pnet, agg_job) - agg_before if switched else 0
     calls = sc.iters + 1
     ok = all(r.get("ok") for r in res.values())
     slowest = max(res.values(), key=lambda r: r.get("mean_s", 0.0)) if ok else {}
     mean = slowest.get("mean_s", float("nan"))
     times = slowest.get("times", [])
     std = (sum((t - mean) ** 2 for t in times) / len(times)) ** 0.5 if times else 0.0
-    pred = analytic.predict(strategy, fabric, size, rates[sc.target],
-                            window=pnet.ctl.job(job_id).pools[0].size)
+    pred = analytic.predict(strategy, fabric, size, rates[sc.target], window=window)
     tx = max(after[h][0] - before[h][0] for h in hosts) / calls
     rx = max(after[h][1] - before[h][1] for h in hosts) / calls
     return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
@@ -222,8 +224,7 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: Fabric,
             "algbw_gbps": size * 8 / mean / 1e9 if ok else 0.0,
             "host_tx_bytes": tx, "host_rx_bytes": rx,
             "switch_packets": (after["switch_rx"] - before["switch_rx"]) // calls,
-            "slots": pnet.ctl.job(agg_job).pools[0].size if strategy in ("passing", "ina")
-            else 0,
+            "slots": pnet.ctl.job(agg_job).pools[0].size if switched else 0,
             "predicted_s": pred.seconds, "ratio": mean / pred.seconds if pred.seconds else 0.0,
             "bound": pred.bound,
             "correct": ok and all(r.get("correct") for r in res.values()),
