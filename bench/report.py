@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import math
 import os
 import platform
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,29 +137,23 @@ def parse_bool(s: str) -> bool:
     raise ValueError(f"not a boolean: {s!r}")
 
 
+# A field's annotation (a string here: postponed annotations) names how its column parses.
+_PARSERS: dict[str, Callable[[str], object]] = {"str": str, "int": _int, "float": _float,
+                                                "bool": parse_bool}
+
+
+def _load(path: Path, columns: Iterable[str], cls: type):
+    rows = _read_rows(path, columns)
+    fields = dataclasses.fields(cls)
+    return [cls(**{f.name: _PARSERS[f.type](r[f.name]) for f in fields}) for r in rows]
+
+
 def load_allreduce(path: Path) -> list[Run]:
-    rows = _read_rows(path, ALLREDUCE_COLUMNS)
-    return [Run(
-        topology=r["topology"], target=r["target"], strategy=r["strategy"],
-        hosts=_int(r["hosts"]), gpus_per_host=_int(r["gpus_per_host"]),
-        size_bytes=_int(r["size_bytes"]), bw_mbps=_float(r["bw_mbps"]), iters=_int(r["iters"]),
-        mean_s=_float(r["mean_s"]), std_s=_float(r["std_s"]),
-        algbw_gbps=_float(r["algbw_gbps"]), host_tx_bytes=_float(r["host_tx_bytes"]),
-        host_rx_bytes=_float(r["host_rx_bytes"]), switch_packets=_int(r["switch_packets"]),
-        slots=_int(r["slots"]), predicted_s=_float(r["predicted_s"]),
-        ratio=_float(r["ratio"]), bound=r["bound"], correct=parse_bool(r["correct"]),
-    ) for r in rows]
+    return _load(path, ALLREDUCE_COLUMNS, Run)
 
 
 def load_training(path: Path) -> list[TrainRow]:
-    rows = _read_rows(path, TRAINING_COLUMNS)
-    return [TrainRow(
-        topology=r["topology"], target=r["target"], strategy=r["strategy"],
-        hosts=_int(r["hosts"]), gpus_per_host=_int(r["gpus_per_host"]),
-        bw_mbps=_float(r["bw_mbps"]), steps=_int(r["steps"]), seconds=_float(r["seconds"]),
-        iters_per_s=_float(r["iters_per_s"]), accuracy=_float(r["accuracy"]),
-        final_loss=_float(r["final_loss"]),
-    ) for r in rows]
+    return _load(path, TRAINING_COLUMNS, TrainRow)
 
 
 # ---------------------------------------------------------------------------- grouping
