@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from host_agent.cli import parse_size
+from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig
 from host_agent.transport import UdpTransport
 from passing import packet
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", port)
     else:
         transport = MemorySink()
-    streamer = SlotStreamer(StreamConfig(1, 0, args.slots, 1, rto=1.0), transport)
+    streamer = SlotStreamer(StreamConfig(1, 0, args.slots, 1, new_session(), rto=1.0), transport)
     x = np.random.default_rng(0).standard_normal(args.size).astype(np.float32)
     t0 = time.perf_counter()
     y = streamer.allreduce(x)

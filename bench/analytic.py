@@ -13,7 +13,7 @@ A strategy's time is the largest of three bounds, each from rates measured in is
   cores, so this is all agents' packets at the measured agent rate plus all switch packets at the
   switch rates, divided by the cores. (TCP's own CPU cost in the kernel and gloo is not modelled.)
 
-Wire formats: a PASSING packet is one Ethernet frame of 14+20+8+16+256 = 314 bytes carrying
+Wire formats: a PASSING packet is one Ethernet frame of 14+20+8+24+256 = 322 bytes carrying
 K=64 values; a stream of n values sends ceil(n/K) value packets plus one exponent packet per slot
 it uses (the exponent of a slot's first block travels ahead of it). TCP carries 1448 bytes per
 1514-byte frame (MSS with timestamps) and one 66-byte ACK frame per two segments.

@@ -6,7 +6,8 @@ switch is always busy but its queues, and the two CPU cores it shares with the s
 flooded; it counts the frames that come out in a fixed time. Plain forwarding: every frame
 sent from port 1 to a MAC on port 3 comes out once. Aggregation: hosts on ports 1 and 2 stream
 contributions of a fan-in-2 job over a pool of slots with alternating versions; each completed
-slot leaves once per member, so frames out = packets processed. Both use 314-byte frames.
+slot leaves once per member, so frames out = packets processed. Both use frames of
+passing.protocol.FRAME_BYTES (322 bytes).
 
     python -m bench.switch_pps --target bmv2     # needs build/ and simple_switch_grpc, root
     python -m bench.switch_pps --target model

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from controller.core import Controller, ControllerError, Endpoint, SwitchFailure
+from controller.core import Controller, ControllerError, Endpoint, SwitchFailure, port_span
 from controller.jobs import JobError, JobSpec
 from controller.store import StoreError
 from controller.switch import SwitchError
@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--min-window", type=int, default=None,
                    help="accept a smaller pool down to this many slots when space is short")
     c.add_argument("--agent-port", type=int, default=0,
-                   help="UDP port the host agents receive results on (default 40000+id)")
+                   help="first UDP port the host agents receive results on (one per host, "
+                        "one per GPU in ina mode); it must not overlap another job's. Default: "
+                        "the lowest free range from 40000")
     c.add_argument("--mode", choices=("passing", "ina"), default="passing",
                    help="passing (default): each server pre-aggregates its GPUs and is one "
                         "contributor; ina: switch-only baseline, every GPU is a contributor")
@@ -132,6 +134,10 @@ def _pools(rec) -> list[dict]:
              "generation": p.gen} for p in rec.pools]
 
 
+def _agent_ports(ctl: Controller, rec) -> str:
+    return port_span(JobSpec.from_dict(rec.spec).agent_ports(ctl.topo))
+
+
 def _table(rows: list[dict], cols: list[str]) -> str:
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
     lines = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
@@ -171,18 +177,7 @@ def run_with(ctl: Controller, args) -> tuple[object, str]:
                         f"{alloc.fair_share()}\n{alloc.occupancy_map()}")
         return res, "\n\n".join(text)
     if args.cmd == "stats":
-        ids = [args.job_id] if args.job_id is not None else [j.job_id for j in ctl.store.jobs()]
-        res = {jid: ctl.stats(jid) for jid in ids}
-        rows = [{"job": jid, "switch": sw, **counts}
-                for jid, per in res.items() for sw, counts in per.items()]
-        cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
-                "job_result_retransmits", "job_uplink", "job_downlink"]
-        drops = [{"job": r["job"], "switch": r["switch"],
-                  **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in rows]
-        text = _table(rows, cols) if rows else "no jobs"
-        if rows:
-            text += "\n\ndrops:\n" + _table(drops, list(drops[0]))
-        return res, text
+        return stats(ctl, args.job_id)
     if args.cmd == "reconcile":
         rep = ctl.reconcile(fix=not args.dry_run)
         lines = []
@@ -193,6 +188,28 @@ def run_with(ctl: Controller, args) -> tuple[object, str]:
             lines += [f"  ERROR {x}" for x in entry["errors"]]
         return rep, "\n".join(lines)
     raise AssertionError(args.cmd)
+
+
+def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
+    """Per job and switch: the job's counters and drops; per switch: the drops no job's row
+    takes (in the JSON, under each job's switch as "switch_drops")."""
+    ids = [job_id] if job_id is not None else [j.job_id for j in ctl.store.jobs()]
+    res = {jid: ctl.stats(jid) for jid in ids}
+    if not res:
+        return res, "no jobs"
+    rows = [{"job": jid, "switch": sw, **counts}
+            for jid, per in res.items() for sw, counts in per.items()]
+    cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
+            "job_result_retransmits", "job_uplink", "job_downlink"]
+    drops = [{"job": r["job"], "switch": r["switch"],
+              **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in rows]
+    # Switch-wide counters are the same under every job on a switch: shown once per switch.
+    per_switch = {r["switch"]: r["switch_drops"] for r in rows}
+    switch_rows = [{"switch": sw, **counts} for sw, counts in per_switch.items()]
+    text = (_table(rows, cols) + "\n\ndrops:\n" + _table(drops, list(drops[0]))
+            + "\n\nswitch-wide drops (no job's row):\n"
+            + _table(switch_rows, list(switch_rows[0])))
+    return res, text
 
 
 def run_job(ctl: Controller, args) -> tuple[object, str]:
@@ -206,7 +223,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         if args.params_out:
             Path(args.params_out).write_text(json.dumps(params, indent=2) + "\n")
         res = {"job_id": rec.job_id, "pools": _pools(rec), "agent_params": params}
-        return res, (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}:\n"
+        return res, (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
+                     f"agent ports {_agent_ports(ctl, rec)}:\n"
                      + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role"]))
     if args.job_cmd == "delete":
         rec = ctl.delete_job(args.job_id)
@@ -225,7 +243,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         params = ctl.agent_params(args.job_id)
         res = {"job_id": rec.job_id, "spec": rec.spec, "pools": _pools(rec),
                "agent_params": params}
-        return res, (f"job {rec.job_id}: hosts {', '.join(rec.spec['hosts'])}\n"
+        return res, (f"job {rec.job_id}: hosts {', '.join(rec.spec['hosts'])}, agent ports "
+                     f"{_agent_ports(ctl, rec)}\n"
                      + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role",
                                             "generation"])
                      + "\n\nagent parameters:\n" + json.dumps(params, indent=2))

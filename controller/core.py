@@ -5,15 +5,16 @@ over P4Runtime (controller.switch); `reconcile` brings the two back in line afte
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller import installer
 from controller.allocator import AllocationError, SlotAllocator, SlotRange
-from controller.jobs import JobError, JobPlan, JobSpec, plan
+from controller.jobs import DEFAULT_AGENT_PORT_BASE, JobError, JobPlan, JobSpec, plan
 from controller.store import JobRecord, JobStore, PoolRecord, StoreError
 from controller.switch import SwitchConnection, SwitchError, Update
 from controller.tables.forwarding import ForwardingTables
@@ -25,6 +26,20 @@ from passing.pipeline_files import BUILD_DIR, pipeline_files
 
 FLOOD_GROUP = 1  # multicast group for L2 flooding; job groups start at 2
 DEFAULT_MAX_JOBS = 8
+MAX_UDP_PORT = 0xFFFF
+
+# (switch, UDP port) -> (job id, stat_idx) of each live job that receives on that port and has a
+# pool on that switch, by job id
+GuardClaims = dict[tuple[str, int], list[tuple[int, int]]]
+
+
+def port_span(ports: range) -> str:
+    """`40000` or `40000-40003`, as operators read a port range."""
+    return str(ports.start) if len(ports) == 1 else f"{ports.start}-{ports.stop - 1}"
+
+
+def _overlaps(a: range, b: range) -> bool:
+    return a.start < b.stop and b.start < a.stop
 
 
 class ControllerError(RuntimeError):
@@ -200,12 +215,17 @@ class Controller:
         return size
 
     def create_job(self, spec: JobSpec) -> JobRecord:
+        """Allocate and install a job. With spec.agent_port 0 the job gets the lowest free
+        range of agent ports from 40000; the stored spec holds the port it got."""
         try:
             job_plan = plan(spec, self.topo)
         except JobError as e:
             raise ControllerError(str(e)) from None
         if self.store.get_job(spec.job_id) is not None:
             raise ControllerError(f"job {spec.job_id} already exists")
+        held = self._holdings(spec.job_id, job_plan.switches)
+        spec = self._resolve_agent_port(spec, held)
+        job_plan = plan(spec, self.topo)
         allocs = self._allocators(job_plan.switches)
         size = self._pool_size(spec, allocs)
         pools = []
@@ -215,8 +235,14 @@ class Controller:
             except AllocationError as e:
                 raise ControllerError(str(e)) from None
             role = job_plan.roles[s]
-            pools.append(PoolRecord(s, rng.base, rng.size, self.store.next_generation(s),
-                                    self.store.free_stat_idx(s), self.store.free_mcast_group(s),
+            on_switch = held[s].jobs.values()
+            # What the switch holds counts as taken even when this state file does not know it
+            # (see JobStore.next_generation): otherwise the new job's entries would collide with,
+            # or its counters and slot state be mistaken for, those left there.
+            gen = self.store.next_generation(s, floor=max((c.gen for c in on_switch), default=0))
+            pools.append(PoolRecord(s, rng.base, rng.size, gen,
+                                    self.store.free_stat_idx(s, {c.stat_idx for c in on_switch}),
+                                    self.store.free_mcast_group(s, held[s].groups),
                                     role.fan_in, role.is_root,
                                     role.uplink.port if role.uplink else 0))
         record = JobRecord(spec.job_id, spec.to_dict(), tuple(pools), time.time())
@@ -226,14 +252,22 @@ class Controller:
             raise ControllerError(str(e)) from None
         # The record is on disk first: a crash from here on leaves a job that `reconcile`
         # completes, never entries that nobody knows about.
+        clash = self._port_clash(spec.job_id, spec.agent_ports(self.topo))
+        if clash:
+            # Another controller sharing the state file picked the same ports meanwhile; both
+            # records are on disk now, so at least one of the two sees the other here.
+            self.store.remove_job(spec.job_id)
+            raise ControllerError(f"job {spec.job_id} not created: its agent ports "
+                                  f"{port_span(spec.agent_ports(self.topo))} {clash} (created "
+                                  "meanwhile by another controller); try again")
+        claims = self._guard_claims()
         done: list[tuple[str, installer.Desired]] = []
         try:
             for pool in pools:
-                d = self._desired(job_plan, pool)
-                self.prepare_if_needed(pool.switch)
+                d = self._desired(job_plan, pool, claims)
                 installer.install(self.conn(pool.switch), d)
-                self._reset_counters(pool)
                 done.append((pool.switch, d))
+                self._reset_counters(pool)
         except (SwitchError, ControllerError) as e:
             for name, d in reversed(done):
                 try:
@@ -254,11 +288,91 @@ class Controller:
         c = self.conn(pool.switch)
         c.write(StatsCounters(c).reset_updates(pool.stat_idx))
 
-    def _desired(self, job_plan: JobPlan, pool: PoolRecord) -> installer.Desired:
+    def _holdings(self, job_id: int, switches: list[str]) -> dict[str, installer.SwitchSnapshot]:
+        """What the switches of a new job hold now, our pipeline pushed where missing."""
+        out = {}
+        for s in switches:
+            try:
+                self.prepare_if_needed(s)
+                out[s] = installer.SwitchSnapshot.read(self.conn(s))
+            except SwitchError as e:
+                raise SwitchFailure(f"job {job_id} not created: {e}") from None
+        return out
+
+    def _port_ranges(self) -> dict[int, range]:
+        """job id -> the agent ports of every live job."""
+        return {rec.job_id: JobSpec.from_dict(rec.spec).agent_ports(self.topo)
+                for rec in self.store.jobs()}
+
+    def _port_clash(self, job_id: int, ports: range) -> str | None:
+        """Why `ports` cannot be job `job_id`'s agent ports because of another live job."""
+        for other, theirs in sorted(self._port_ranges().items()):
+            if other != job_id and _overlaps(ports, theirs):
+                return f"overlap job {other}'s agent ports {port_span(theirs)}"
+        return None
+
+    def _resolve_agent_port(self, spec: JobSpec,
+                            held: dict[str, installer.SwitchSnapshot]) -> JobSpec:
+        """The spec with the agent ports it will have: the explicit ones if free, else the
+        lowest free range from 40000.
+
+        Ranges of live jobs must not overlap: each switch guards a port for one job only, and
+        agents of two jobs on one host port would receive each other's results. Ports guarded on
+        the job's switches by entries no live job accounts for (left by a lost state file) are
+        avoided as well, and so is the aggregation port, which the guard never sees."""
+        width = spec.port_width(self.topo)
+        guarded = {port: s for s, snap in held.items() for port in snap.guards}
+        if spec.agent_port:
+            ports = range(spec.agent_port, spec.agent_port + width)
+            problem = None
+            if ports.stop - 1 > MAX_UDP_PORT:
+                problem = f"run past {MAX_UDP_PORT} ({width} ports, one per GPU of a host)"
+            elif P.PASSING_UDP_PORT in ports:
+                problem = f"include {P.PASSING_UDP_PORT}, the switches' aggregation port"
+            else:
+                problem = self._port_clash(spec.job_id, ports)
+            stray = [p for p in ports if p in guarded]
+            if problem is None and stray:
+                problem = (f"include port {stray[0]}, which switch {guarded[stray[0]]} guards "
+                           "for no known job (a stray entry: see `passing-ctl reconcile "
+                           "--dry-run`)")
+            if problem:
+                raise ControllerError(f"job {spec.job_id}: agent ports {port_span(ports)} "
+                                      f"{problem}; pass another --agent-port, or none to get a "
+                                      "free range")
+            return spec
+        taken = set(guarded) | {P.PASSING_UDP_PORT}
+        taken.update(p for r in self._port_ranges().values() for p in r)
+        base = DEFAULT_AGENT_PORT_BASE
+        while base + width - 1 <= MAX_UDP_PORT:
+            busy = [p for p in range(base, base + width) if p in taken]
+            if not busy:
+                return dataclasses.replace(spec, agent_port=base)
+            base = busy[-1] + 1
+        raise ControllerError(f"job {spec.job_id}: no {width} consecutive free agent ports in "
+                              f"{DEFAULT_AGENT_PORT_BASE}..{MAX_UDP_PORT}")
+
+    def _guard_claims(self) -> GuardClaims:
+        """Which live jobs want each port guarded on each switch. Jobs created by this
+        controller never share a port, but records from before ports were allocated may: the
+        lowest job id then guards it, so that repeated reconciles agree."""
+        claims: GuardClaims = {}
+        for rec in self.store.jobs():  # by job id
+            ports = JobSpec.from_dict(rec.spec).agent_ports(self.topo)
+            for pool in rec.pools:
+                for port in ports:
+                    claims.setdefault((pool.switch, port), []).append((rec.job_id, pool.stat_idx))
+        return claims
+
+    def _desired(self, job_plan: JobPlan, pool: PoolRecord,
+                 claims: GuardClaims) -> installer.Desired:
         params = installer.PoolParams(pool.base, pool.size, pool.gen, pool.stat_idx,
                                       pool.mcast_grp)
-        return installer.desired(job_plan.roles[pool.switch], params, job_plan.spec.job_id,
-                                 self.topo.switches[pool.switch])
+        jid = job_plan.spec.job_id
+        guard_ports = [port for port in job_plan.spec.agent_ports(self.topo)
+                       if claims.get((pool.switch, port), [(jid, 0)])[0][0] == jid]
+        return installer.desired(job_plan.roles[pool.switch], params, jid,
+                                 self.topo.switches[pool.switch], guard_ports)
 
     def job(self, job_id: int) -> JobRecord:
         rec = self.store.get_job(job_id)
@@ -271,9 +385,20 @@ class Controller:
         rec = self.job(job_id)
         spec = JobSpec.from_dict(rec.spec)
         job_plan = plan(spec, self.topo)
+        claims = self._guard_claims()
         for pool in rec.pools:
+            d = self._desired(job_plan, pool, claims)
+            # A port another live job also receives on (older records only) passes to it
+            # rather than going unguarded.
+            heirs = {}
+            for port in list(d.guards):
+                others = [c for c in claims[pool.switch, port] if c[0] != job_id]
+                if others:
+                    heirs[port] = others[0][1]
+                    del d.guards[port]
             try:
-                installer.remove(self.conn(pool.switch), self._desired(job_plan, pool))
+                installer.remove(self.conn(pool.switch), d)
+                installer.hand_over_guards(self.conn(pool.switch), heirs)
             except SwitchError as e:
                 raise SwitchFailure(f"job {job_id} kept: {e}; fix the switch and repeat") \
                     from None
@@ -309,18 +434,29 @@ class Controller:
     def slots(self) -> dict[str, SlotAllocator]:
         return self._allocators(list(self.topo.switches))
 
-    def stats(self, job_id: int) -> dict[str, dict[str, int]]:
+    def switch_drops(self, switches: Iterable[str]) -> dict[str, dict[str, int]]:
+        """Per switch, the drops no job's row takes, by cause (GlobalDrop names, and no_peer:
+        packets egress had no peer_rewrite entry for)."""
+        return {s: StatsCounters(self.conn(s)).global_drops() for s in switches}
+
+    def stats(self, job_id: int) -> dict[str, dict[str, int | dict[str, int]]]:
+        """Per switch of the job: its counters (StatsCounters.job) and, under "switch_drops",
+        that switch's drops counted for no job, so that every packet the switch dropped is
+        accounted for in one place or the other."""
         rec = self.job(job_id)
-        return {p.switch: StatsCounters(self.conn(p.switch)).job(p.stat_idx) for p in rec.pools}
+        drops = self.switch_drops(p.switch for p in rec.pools)
+        return {p.switch: {**StatsCounters(self.conn(p.switch)).job(p.stat_idx),
+                           "switch_drops": drops[p.switch]} for p in rec.pools}
 
     def reconcile(self, fix: bool = True) -> dict[str, dict[str, list[str]]]:
         """Compare every switch with the job table. With fix, re-install what is missing or
         wrong. Stray entries (no known job) are reported, never removed."""
         wanted: dict[str, dict[int, installer.Desired]] = {s: {} for s in self.topo.switches}
+        claims = self._guard_claims()
         for rec in self.store.jobs():
             job_plan = plan(JobSpec.from_dict(rec.spec), self.topo)
             for pool in rec.pools:
-                wanted[pool.switch][rec.job_id] = self._desired(job_plan, pool)
+                wanted[pool.switch][rec.job_id] = self._desired(job_plan, pool, claims)
         report = {}
         for name in self.topo.switches:
             entry: dict[str, list[str]] = {"repaired": [], "stray": [], "errors": []}

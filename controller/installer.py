@@ -6,11 +6,13 @@ rollback, delete and reconcile all work from the same description.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from controller.jobs import SwitchRole
 from controller.switch import SwitchConnection, SwitchError, Update, WriteError
 from controller.tables.admission import AdmissionTables, JobConfig
+from controller.tables.guard import ResultGuardTables
 from controller.tables.peers import Peer, PeerTables
 from controller.topology import Switch
 from passing.p4info import encode_value
@@ -34,12 +36,18 @@ class Desired:
     # (egress port, rid) -> peer; rid is the recipient's contributor id, 0 for the uplink
     peers: dict[tuple[int, int], Peer] = field(default_factory=dict)
     replicas: list[tuple[int, int]] = field(default_factory=list)  # (port, rid)
+    # UDP port an agent of the job receives on -> the job's counter row at this switch
+    guards: dict[int, int] = field(default_factory=dict)
 
 
-def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch) -> Desired:
+def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,
+            guard_ports: Iterable[int] = ()) -> Desired:
+    """guard_ports: the agent ports this switch guards for the job; every switch of a job
+    guards all of them, since a forged result could enter the fabric at any of its switches."""
     d = Desired(JobConfig(job_id, pool.base, pool.size, role.fan_in, pool.mcast_grp, pool.gen,
                           int(role.is_root), role.uplink.port if role.uplink else 0,
-                          pool.stat_idx))
+                          pool.stat_idx),
+                guards={port: pool.stat_idx for port in guard_ports})
     for m in role.members:
         d.members[m.port] = (m.contributor, m.count)
         for i, cid in enumerate(m.ids):
@@ -52,28 +60,50 @@ def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch) -> 
 
 
 def _updates(conn: SwitchConnection, d: Desired, kind: int) -> list[Update]:
-    adm, peers = AdmissionTables(conn), PeerTables(conn)
+    adm, peers, guard = AdmissionTables(conn), PeerTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     if kind == Update.DELETE:
         ups = [adm.job_delete(jid)]
         ups += [adm.member_delete(jid, port) for port in d.members]
         ups += [peers.peer_delete(jid, port, rid) for port, rid in d.peers]
         ups.append(conn.multicast_update(Update.DELETE, d.job.mcast_grp))
+        ups += [guard.guard_delete(port) for port in d.guards]
         return ups
     ups = [adm.job_update(kind, d.job)]
     ups += [adm.member_update(kind, jid, port, cid, n) for port, (cid, n) in d.members.items()]
     ups += [peers.peer_update(kind, jid, port, rid, peer)
             for (port, rid), peer in d.peers.items()]
     ups.append(conn.multicast_update(kind, d.job.mcast_grp, d.replicas))
+    ups += [guard.guard_update(kind, port, idx) for port, idx in d.guards.items()]
     return ups
+
+
+def _delete_of(u: Update) -> Update:
+    """The DELETE that undoes INSERT `u` (the entity's key is all a DELETE needs)."""
+    undo = Update(type=Update.DELETE)
+    undo.entity.CopyFrom(u.entity)
+    if undo.entity.HasField("table_entry"):
+        undo.entity.table_entry.ClearField("action")  # as table_update builds its DELETEs
+    return undo
 
 
 def install(conn: SwitchConnection, d: Desired) -> None:
     """All of the job's entries on this switch, or none of them."""
+    ups = _updates(conn, d, Update.INSERT)
     try:
-        conn.write(_updates(conn, d, Update.INSERT))
+        conn.write(ups)
+    except WriteError as e:
+        # Undo only the inserts that succeeded: the ones that failed (ALREADY_EXISTS, say)
+        # collided with entries that someone else owns, such as a stray entry left by a lost
+        # state file, and deleting those would break whatever still relies on them.
+        failed = {i for i, _, _ in e.failures}
+        try:
+            conn.write([_delete_of(u) for i, u in enumerate(ups) if i not in failed])
+        except SwitchError:
+            pass  # what could not be undone is reported by the next reconcile as stray
+        raise
     except SwitchError:
-        remove(conn, d)
+        remove(conn, d)  # which updates were applied is unknown: delete them all
         raise
 
 
@@ -94,11 +124,13 @@ class SwitchSnapshot:
     members: dict[tuple[int, int], tuple[int, int]]
     peers: dict[tuple[int, int, int], dict]
     groups: dict[int, list[tuple[int, int]]]
+    guards: dict[int, int]  # udp port -> stat_idx
 
     @classmethod
     def read(cls, conn: SwitchConnection) -> SwitchSnapshot:
         return cls(AdmissionTables(conn).jobs(), AdmissionTables(conn).members(),
-                   PeerTables(conn).peers(), conn.read_multicast_groups())
+                   PeerTables(conn).peers(), conn.read_multicast_groups(),
+                   ResultGuardTables(conn).guards())
 
 
 def _peer_params(peer: Peer) -> dict[str, int]:
@@ -122,6 +154,11 @@ def differences(snap: SwitchSnapshot, d: Desired) -> list[str]:
             out.append(f"peer_rewrite[{jid}, port {port}, rid {rid}]: missing or wrong")
     if sorted(snap.groups.get(d.job.mcast_grp, [])) != sorted(d.replicas):
         out.append(f"multicast group {d.job.mcast_grp}: missing or wrong")
+    for port, idx in sorted(d.guards.items()):
+        have_idx = snap.guards.get(port)
+        if have_idx != idx:
+            out.append(f"result_guard[udp port {port}]: " + (
+                "missing" if have_idx is None else f"counts into stat_idx {have_idx}, not {idx}"))
     return out
 
 
@@ -139,13 +176,17 @@ def strays(snap: SwitchSnapshot, wanted: dict[int, Desired],
             out.append(f"peer_rewrite[{jid}, port {port}, rid {rid}]")
     groups = {d.job.mcast_grp for d in wanted.values()} | reserved_groups
     out += [f"multicast group {g}" for g in sorted(set(snap.groups) - groups)]
+    guarded = {port for d in wanted.values() for port in d.guards}
+    out += [f"result_guard[udp port {p}]" for p in sorted(set(snap.guards) - guarded)]
     return out
 
 
 def repair(conn: SwitchConnection, snap: SwitchSnapshot, d: Desired) -> None:
     """Make the switch hold exactly `d` for this job: insert what is missing, modify what is
-    wrong. Entries of this job that `d` does not have are removed."""
-    adm, peers = AdmissionTables(conn), PeerTables(conn)
+    wrong. Entries of this job that `d` does not have are removed, except guard entries: those
+    are keyed by port alone, so which job one belongs to is a guess, and one no job wants is
+    reported by `strays` like any other unknown entry."""
+    adm, peers, guard = AdmissionTables(conn), PeerTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     ups = []
     if jid not in snap.jobs:
@@ -173,4 +214,21 @@ def repair(conn: SwitchConnection, snap: SwitchSnapshot, d: Desired) -> None:
         ups.append(conn.multicast_update(Update.INSERT, d.job.mcast_grp, d.replicas))
     elif sorted(have_group) != sorted(d.replicas):
         ups.append(conn.multicast_update(Update.MODIFY, d.job.mcast_grp, d.replicas))
+    for port, idx in d.guards.items():
+        have_idx = snap.guards.get(port)
+        if have_idx != idx:
+            kind = Update.INSERT if have_idx is None else Update.MODIFY
+            ups.append(guard.guard_update(kind, port, idx))
     conn.write(ups)
+
+
+def hand_over_guards(conn: SwitchConnection, guards: dict[int, int]) -> None:
+    """Point each guarded port at a new counter row (a port whose owner is leaving but which
+    another live job also receives on); missing entries are inserted."""
+    if not guards:
+        return
+    guard = ResultGuardTables(conn)
+    have = guard.guards()
+    conn.write([guard.guard_update(Update.INSERT if port not in have else Update.MODIFY,
+                                   port, idx)
+                for port, idx in guards.items() if have.get(port) != idx])

@@ -34,7 +34,10 @@ class JobSpec:
     min_window: int | None = None  # accept a smaller pool down to this, when short
     k: int = P.K
     scale_bits: int = 0  # 0: the agents choose the fixed-point scale per block (see host agent)
-    agent_port: int = 0  # UDP port the agents receive results on; 0 = 40000 + job_id % 20000
+    # The first UDP port the agents receive results on. The controller resolves 0 to a free
+    # range when it creates the job and stores the result; a stored 0 (state files written
+    # before that) keeps meaning 40000 + job_id % 20000.
+    agent_port: int = 0
     mode: str = "passing"  # or "ina": every GPU streams to the switch (see the module doc)
 
     def __post_init__(self) -> None:
@@ -58,6 +61,17 @@ class JobSpec:
     @property
     def udp_port(self) -> int:
         return self.agent_port or DEFAULT_AGENT_PORT_BASE + self.job_id % 20000
+
+    def port_width(self, topo: Topology) -> int:
+        """How many consecutive agent ports the job needs: the most ranks any of its hosts
+        receives on (one per host in `passing`, one per GPU in `ina`)."""
+        if self.mode != "ina":
+            return 1
+        return max((topo.hosts[h].gpus for h in self.hosts if h in topo.hosts), default=1)
+
+    def agent_ports(self, topo: Topology) -> range:
+        """Every UDP port an agent of the job receives results on (see Member.udp_port)."""
+        return range(self.udp_port, self.udp_port + self.port_width(topo))
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -23,7 +23,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,12 +185,23 @@ class JobStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def next_generation(self, switch: str) -> int:
-        """A generation for a new job on `switch`: 1 first, then always larger than any before."""
+    def next_generation(self, switch: str, floor: int = 0) -> int:
+        """A generation for a new job on `switch`: larger than any this store handed out before
+        and than `floor`.
+
+        floor: the largest generation the switch itself is known to hold (its `job_config`
+        entries). Slot state written under a generation must never look like a new job's, and
+        this file is not the only memory of which generations were used: a lost or replaced
+        state file restarts at 1 while the switch still holds entries, and slot state, under
+        the old numbers.
+        """
+        if not 0 <= floor < MAX_GENERATION:
+            raise StoreError(f"switch {switch}: generation floor {floor} outside "
+                             f"0..{MAX_GENERATION - 1}")
         with self._write() as db:
             row = db.execute("SELECT last_gen FROM generations WHERE switch = ?",
                              (switch,)).fetchone()
-            gen = 1 if row is None else row[0] + 1
+            gen = max(0 if row is None else row[0], floor) + 1
             if gen > MAX_GENERATION:
                 raise StoreError(f"switch {switch}: all {MAX_GENERATION} generations are used up")
             db.execute("INSERT INTO generations (switch, last_gen) VALUES (?, ?) "
@@ -198,30 +209,33 @@ class JobStore:
                        (switch, gen))
             return gen
 
-    def free_stat_idx(self, switch: str) -> int:
-        """The lowest counter row no live job uses on `switch`.
+    def free_stat_idx(self, switch: str, taken: Iterable[int] = ()) -> int:
+        """The lowest counter row no live job uses on `switch`, and not in `taken` (rows the
+        switch's own entries use, which this file may not know about).
 
         Nothing is reserved: two controllers asking at once get the same row, and add_job then
         refuses the second of them.
         """
         with self._read() as db:
             used = {row[0] for row in db.execute("SELECT stat_idx FROM pools WHERE switch = ?",
-                                                 (switch,))}
+                                                 (switch,))} | set(taken)
         for idx in range(P.MAX_JOBS):
             if idx not in used:
                 return idx
         raise StoreError(f"switch {switch}: all {P.MAX_JOBS} counter rows (stat_idx) are used by "
-                         "live jobs")
+                         "live jobs or by entries on the switch")
 
-    def free_mcast_group(self, switch: str) -> int:
-        """The lowest multicast group id (from 2) no live job uses on `switch`; nothing reserved."""
+    def free_mcast_group(self, switch: str, taken: Iterable[int] = ()) -> int:
+        """The lowest multicast group id (from 2) no live job uses on `switch` and not in `taken`
+        (groups the switch holds); nothing reserved."""
         with self._read() as db:
             used = {row[0] for row in db.execute("SELECT mcast_grp FROM pools WHERE switch = ?",
-                                                 (switch,))}
+                                                 (switch,))} | set(taken)
         for grp in range(FIRST_JOB_MCAST_GROUP, MAX_MCAST_GROUP + 1):
             if grp not in used:
                 return grp
-        raise StoreError(f"switch {switch}: all multicast groups are used by live jobs")
+        raise StoreError(f"switch {switch}: all multicast groups are used by live jobs "
+                         "or by the switch")
 
     def add_job(self, job: JobRecord) -> None:
         """Record a new job and its pools, all or nothing."""

@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from host_agent.fixed_point import NonFiniteError
-from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout, Transport
+from host_agent.session import agree_in_group
+from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
 
 _OK, _NONFINITE, _TIMEOUT, _OTHER = 0, 1, 2, 3
@@ -38,12 +39,30 @@ class AllreduceError(RuntimeError):
     """The all-reduce could not be completed; raised on every local rank."""
 
 
+def job_session(params: dict, group: dist.ProcessGroup | None,
+                session: int | None) -> int:
+    """The run's session: `session` if the caller agreed on one with the other hosts, else one
+    agreed over the default process group, which must then span every host of the job (a
+    collective: every rank of it calls this)."""
+    if session is not None:
+        return session
+    if params["hosts_total"] > 1 and dist.get_world_size() <= dist.get_world_size(group):
+        raise ValueError(
+            f"job {params['job_id']} has {params['hosts_total']} hosts but the default process "
+            "group holds only this host's ranks, so the hosts cannot agree on a session: pass "
+            "session= (e.g. host_agent.session.agree_by_tcp between the hosts' leaders)")
+    return agree_in_group(None)
+
+
 class PassingAllreduce:
     def __init__(self, params: dict, host: str, group: dist.ProcessGroup | None = None,
-                 transport: Transport | None = None, **stream_options):
+                 transport: Transport | None = None, *, session: int | None = None,
+                 **stream_options):
         """params: the job's agent parameters (passing-ctl job show --json, 'agent_params');
         host: this server's name in them; group: the local ranks (default: the whole world,
-        i.e. one server)."""
+        i.e. one server); session: the run's session number, the same on every host
+        (host_agent.session); by default it is agreed over the default process group, which
+        then must span every host of the job, and every rank of it constructs this together."""
         if host not in params["hosts"]:
             raise ValueError(f"host {host} is not in job {params['job_id']} "
                              f"(hosts: {', '.join(params['hosts'])})")
@@ -51,6 +70,7 @@ class PassingAllreduce:
         self.local_size = dist.get_world_size(group)
         self.leader = dist.get_global_rank(group, 0) if group is not None else 0
         self.is_leader = dist.get_rank(group) == 0
+        self.session = job_session(params, group, session)
         self.streamer = None
         if self.is_leader:
             h = params["hosts"][host]
@@ -58,8 +78,8 @@ class PassingAllreduce:
                 transport = UdpTransport(h["host_ip"], params["agent_port"], h["switch_ip"],
                                          params["udp_port"])
             cfg = StreamConfig(params["job_id"], h["contributor"], params["slots"],
-                               params["hosts_total"], local_gpus=self.local_size,
-                               **stream_options)
+                               params["hosts_total"], self.session,
+                               local_gpus=self.local_size, **stream_options)
             self.streamer = SlotStreamer(cfg, transport)
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -72,7 +92,7 @@ class PassingAllreduce:
                 stream_tensor(self.streamer, tensor)
             except NonFiniteError as e:
                 status[0], message = _NONFINITE, str(e)
-            except SwitchTimeout as e:
+            except (SwitchTimeout, SessionBroken) as e:
                 status[0], message = _TIMEOUT, str(e)
             except Exception as e:  # any other failure must not leave the others waiting
                 status[0], message = _OTHER, f"{type(e).__name__}: {e}"

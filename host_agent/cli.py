@@ -2,7 +2,9 @@
 
 Every host of the job runs it at the same time with the same --size, --iters and --seed. Each
 local rank fills its tensor from (seed, host, rank), so each host can compute the exact global
-sum with numpy and check what came back through the switch.
+sum with numpy and check what came back through the switch: every call is checked, the first
+(untimed warm-up) one included, on every local rank. The hosts' leaders first meet at the first
+host (--rendezvous-port) to agree on a new session (host_agent.session).
 
 Exit codes: 0 correct result, 1 wrong result or the switch did not answer, 2 bad arguments.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import re
 import socket
 import sys
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from host_agent import STRATEGIES
+from passing import protocol as P
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
            "  passing-agent --params job7.json --host h1 --size 4M --iters 5")
@@ -41,27 +45,79 @@ def rank_tensor(seed: int, host_index: int, rank: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, host_index, rank]).standard_normal(n).astype(np.float32)
 
 
-def expected_sum(params: dict, seed: int, n: int) -> tuple[np.ndarray, float, int]:
-    """(exact float64 sum over every rank of every host, largest |value|, contributors)."""
+# float32's unit roundoff: the relative error of one rounding to float32.
+_U32 = 2.0 ** -24
+
+
+def expected_sum(params: dict, seed: int, n: int,
+                 strategy: str = "passing") -> tuple[np.ndarray, np.ndarray, int]:
+    """(exact float64 sum over every rank of every host, the largest error per element a
+    correct `strategy` may make, contributors).
+
+    The bound adds what each stage may lose: float32 sums of partial results (the local reduce
+    of `passing`, every step of the baselines), the fixed point of the switch strategies
+    (host_agent.fixed_point.error_bound, with one bit of margin because the float32 local sum
+    may round across a power of two and so raise a block's exponent), and the final rounding
+    of the float64 result to float32. Losing more than that is a wrong sum."""
+    from host_agent import fixed_point as fx
+
     total = np.zeros(n)
-    largest, count = 0.0, 0
+    magnitude = np.zeros(n)  # sum of |x| over every rank: bounds any partial sum
+    stream_blocks = []  # per stream, per block of K: its largest magnitude
+    count = 0
+    nfrag = -(-n // P.K)
     for idx, (_, h) in enumerate(sorted(params["hosts"].items())):
+        host_sum = np.zeros(n)
         for g in range(h.get("local_gpus", 1)):
-            t = rank_tensor(seed, idx, g, n)
+            t = rank_tensor(seed, idx, g, n).astype(np.float64)
             total += t
-            largest = max(largest, float(np.max(np.abs(t))))
+            magnitude += np.abs(t)
+            host_sum += t
             count += 1
-    return total, largest, count
+            if strategy == "ina":
+                stream_blocks.append(_block_peaks(t, nfrag))
+        if strategy == "passing":
+            stream_blocks.append(_block_peaks(host_sum, nfrag))
+    tol = count * _U32 * magnitude + _U32 * np.abs(total)
+    if stream_blocks:
+        peaks = np.max(stream_blocks, axis=0)
+        exp_field = fx.block_exponents(peaks.reshape(-1, 1)) + (peaks > 0)  # one bit margin
+        per_block = fx.error_bound(exp_field, len(stream_blocks))
+        tol += np.repeat(per_block, P.K)[:n]
+    return total, tol, count
+
+
+def _block_peaks(x: np.ndarray, nfrag: int) -> np.ndarray:
+    blocks = np.zeros(nfrag * P.K)
+    blocks[:x.size] = np.abs(x)
+    return blocks.reshape(nfrag, P.K).max(axis=1)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A rank must not outlive its passing-agent: an orphaned leader would go on streaming as
+    if its host were still in the session."""
+    import ctypes
+    import os
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the parent's own cleanup is all there is
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
 
 
 def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
+    _die_with_parent(args["parent_pid"])
     try:
-        import os
-
+        # torch's store logs every wait it retries; the agent reports its own clear error.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         import torch
         import torch.distributed as dist
 
         from host_agent import strategies
+        from host_agent.session import RendezvousError, agree_by_tcp, agree_in_group
 
         params, host = args["params"], args["host"]
         hosts = sorted(params["hosts"])
@@ -85,7 +141,20 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             dist.init_process_group("nccl" if cuda else "gloo",
                                     init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                     world_size=world)
-            passing = strategies.PassingAllreduce(params, host, **stream)
+            # The leaders agree on the run's session at the first host; the store stays open
+            # for the whole run (see host_agent.session).
+            session, store, failure = 0, None, ""
+            if rank == 0:
+                try:
+                    session, store = agree_by_tcp(
+                        params["hosts"][hosts[0]]["host_ip"], args["rendezvous_port"],
+                        host_index == 0, len(hosts), args["rendezvous_timeout"])
+                except RendezvousError as e:
+                    failure = str(e)
+            session = agree_in_group(None, session)  # 0: the leader's rendezvous failed
+            if not session:
+                raise RendezvousError(failure or "the leader could not agree on a session")
+            passing = strategies.PassingAllreduce(params, host, session=session, **stream)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
         else:
             # The baselines need every rank of every host in one group, met at the first host
@@ -107,7 +176,8 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             return
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
         base = base.to(device)
-        times = []
+        exact, tol, count = expected_sum(params, args["seed"], args["size"], args["strategy"])
+        times, errors, excess, wrong = [], [], [], 0
         for it in range(args["iters"] + 1):  # the first call warms up and is not timed
             t = base.clone()
             dist.barrier()
@@ -115,13 +185,20 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             allreduce(t)
             if it:
                 times.append(time.perf_counter() - t0)
+            # Every call is checked, the warm-up too: a wrong first answer is still wrong.
+            err = np.abs(t.cpu().numpy().astype(np.float64) - exact)
+            errors.append(float(np.max(err)))
+            excess.append(float(np.max(err / tol)))
+            wrong += int(np.count_nonzero(err > tol))
+        # The leader reports for the host; every local rank's calls count.
+        report = torch.tensor([wrong, max(excess)], dtype=torch.float64)
+        dist.all_reduce(report, op=dist.ReduceOp.MAX)
         if rank == 0:
-            exact, largest, count = expected_sum(params, args["seed"], args["size"])
-            err = float(np.max(np.abs(t.cpu().numpy().astype(np.float64) - exact)))
             out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
-                     "device": str(device), "times": times, "max_error": err,
-                     "tolerance": 1e-5 * largest * count, "contributors": count,
-                     **_stream_counts(stats)})
+                     "device": str(device), "times": times, "max_error": max(errors),
+                     "call_errors": errors, "tolerance": float(np.max(tol)),
+                     "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
+                     "contributors": count, **_stream_counts(stats)})
         dist.destroy_process_group()
     except Exception as e:
         out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
@@ -149,7 +226,7 @@ def _train(allreduce, ranks, args: dict, stats) -> dict:
 def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
         timeout: float, min_rto: float = 0.02, strategy: str = "passing",
         ifname: str | None = None, rendezvous_port: int | None = None,
-        train_steps: int = 0, global_batch: int = 0) -> dict:
+        train_steps: int = 0, global_batch: int = 0, rendezvous_timeout: float = 60.0) -> dict:
     """Timed all-reduces of `size` values (or, with train_steps, data-parallel training of the
     digits MLP for that many steps); the leader's report."""
     gpus = params["hosts"][host].get("local_gpus", 1)
@@ -161,7 +238,8 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
     job = {"params": params, "host": host, "size": size, "iters": iters, "seed": seed,
            "rto": rto, "min_rto": min_rto, "timeout": timeout, "strategy": strategy,
            "ifname": ifname, "train_steps": train_steps, "global_batch": global_batch,
-           "rendezvous_port": rendezvous_port or 29500 + params["job_id"] % 1000}
+           "rendezvous_port": rendezvous_port or 29500 + params["job_id"] % 1000,
+           "rendezvous_timeout": rendezvous_timeout, "parent_pid": os.getpid()}
     procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
     for p in procs:
         p.start()
@@ -169,7 +247,8 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
         # The leader's report says most (its error names the switch); others only if it has none.
         reports = []
         while not any(r.get("rank") == 0 for r in reports) and len(reports) < gpus:
-            reports.append(out.get(timeout=timeout * (iters + 2) + 120 + 2 * train_steps))
+            reports.append(out.get(timeout=timeout * (iters + 2) + rendezvous_timeout + 120
+                                   + 2 * train_steps))
         res = next((r for r in reports if r.get("rank") == 0), reports[0])
     finally:
         for p in procs:
@@ -182,7 +261,7 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
     nbytes = size * 4
     res.update({"host": host, "local_ranks": gpus, "size": size, "bytes": nbytes,
                 "iters": iters, "mean_s": mean, "goodput_gbps": nbytes * 8 / mean / 1e9,
-                "correct": res["max_error"] <= res["tolerance"]})
+                "correct": res["wrong_values"] == 0})
     return res
 
 
@@ -212,8 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ifname", default=None,
                     help="baselines: the interface gloo uses between hosts (e.g. h1-eth0)")
     ap.add_argument("--rendezvous-port", type=int, default=None,
-                    help="baselines: TCP port on the first host where all ranks meet "
-                         "(default 29500 + job id)")
+                    help="TCP port on the first host where the hosts meet to start a session "
+                         "(and, for the baselines, all ranks) (default 29500 + job id)")
+    ap.add_argument("--rendezvous-timeout", type=float, default=60.0,
+                    help="seconds to wait for every host of the job to start (default 60)")
     ap.add_argument("--train", type=int, default=0, metavar="STEPS",
                     help="instead of timed all-reduces: train a small MLP on scikit-learn's "
                          "digits for STEPS data-parallel steps (every rank a worker) and report "
@@ -239,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--train must be a number of steps (0: no training)")
     res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout,
               args.min_rto, args.strategy, args.ifname, args.rendezvous_port, args.train,
-              args.global_batch)
+              args.global_batch, args.rendezvous_timeout)
     if args.json:
         print(json.dumps(res))
     elif not res["ok"]:
@@ -253,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.host} [{args.strategy}]: {res['local_ranks']} local ranks, "
               f"{res['bytes'] / 2**20:.1f} MiB, "
               f"{res['mean_s'] * 1e3:.1f} ms per all-reduce, {res['goodput_gbps']:.3f} Gbit/s, "
-              f"{'correct' if res['correct'] else 'WRONG'} (max error {res['max_error']:.2e}, "
-              f"tolerance {res['tolerance']:.2e}), {res['retransmissions']} retransmissions")
+              f"{'correct in every call' if res['correct'] else 'WRONG'} (max error "
+              f"{res['max_error']:.2e}, {res['error_vs_bound']:.2f} of the bound; "
+              f"{res['wrong_values']} values beyond it), "
+              f"{res['retransmissions']} retransmissions")
     return 0 if res.get("ok") and (args.train or res.get("correct")) else 1
 
 

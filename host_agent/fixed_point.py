@@ -6,10 +6,17 @@ largest field value, POISON, says a host had NaN or Inf: since the switch keeps 
 every host learns it and refuses the sum, instead of the others waiting for that host. With
 H hosts streaming into the switch, every host scales the block by 2**(S - E) where
 S = 30 - ceil(log2 H): each quantized value is then at most 2**S in magnitude and the sum of H of
-them at most 2**30, so the int32 sum can never overflow, whatever the data. The rounding error
-per element is at most H/2 * 2**(E - S), a relative error below 2**-26 of the block's largest
-magnitude for H <= 8 (the accuracy target is 1e-5 x largest x contributors). Integers below
-2**S / H come back exact, since the scale is then a power of two >= 1.
+them at most 2**30, so the int32 sum can never overflow, whatever the data.
+
+Error bound, per block: each host rounds to the nearest multiple of 2**(E - S), an error of at
+most half of that, so each element of the sum is off by at most H/2 * 2**(E - S) (`error_bound`),
+and rint's ties make that exact worst case reachable. Relative to the block's largest magnitude
+M over all hosts (2**(E - 1) <= M < 2**E) that is at most H * 2**(ceil(log2 H) - 30) * M:
+2**-30 for H = 1, 2**-28 for H = 2, 3 * 2**-28 for H = 3, 2**-24 for H = 8 (so at most 2**-24
+for any H <= 8), 2**-20 for H = 32. (Blocks below float32's smallest normal, 2**-126, are
+scaled as if E = -125, so for them only the absolute bound H * 2**(-126 - S) holds.)
+Integers below 2**S / H come back exact, since the scale is then a power of two >= 1 (in fact
+any integer of magnitude below 2**S on every host does).
 """
 
 from __future__ import annotations
@@ -67,3 +74,13 @@ def quantize(blocks: np.ndarray, exp_field: np.ndarray, s: int) -> np.ndarray:
 def dequantize(sums: np.ndarray, exp_field: np.ndarray, s: int) -> np.ndarray:
     """int32 sums -> float64, undoing the block scale."""
     return sums.astype(np.float64) / _shift(exp_field, s)
+
+
+def error_bound(exp_field: np.ndarray, streams: int) -> np.ndarray:
+    """Largest error per element of the dequantized sum of `streams` contributions, per block:
+    H/2 * 2**(E - S) for the agreed exp field; 0 for an all-zero block (field 0), inf for a
+    poisoned one (there is no sum)."""
+    field = np.asarray(exp_field).astype(np.int64)
+    e = np.where((field > 0) & (field < POISON), field - EXP_BIAS, 0)
+    bound = np.ldexp(streams / 2, e - scale_bits(streams))
+    return np.where(field == 0, 0.0, np.where(field == POISON, np.inf, bound))

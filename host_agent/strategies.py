@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from host_agent import STRATEGIES
 from host_agent.allreduce import PassingAllreduce, stream_tensor
+from host_agent.session import agree_in_group
 from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from host_agent.transport import UdpTransport
 
@@ -57,7 +58,11 @@ class InaAllreduce:
     (the host's first id + local rank) and receives on agent_port + local rank."""
 
     def __init__(self, params: dict, host: str, local_rank: int,
-                 transport: Transport | None = None, **stream_options):
+                 transport: Transport | None = None, *, session: int | None = None,
+                 **stream_options):
+        """session: the run's session, the same for every rank of every host; by default
+        agreed over the default process group (every rank of every host, constructing this
+        together)."""
         if params.get("mode") != "ina":
             raise ValueError(f"job {params['job_id']} is a {params.get('mode', 'passing')} job; "
                              "the ina strategy needs a job created with mode ina")
@@ -68,7 +73,9 @@ class InaAllreduce:
             transport = UdpTransport(h["host_ip"], params["agent_port"] + local_rank,
                                      h["switch_ip"], params["udp_port"])
         cfg = StreamConfig(params["job_id"], h["contributor"] + local_rank, params["slots"],
-                           params["streams"], local_gpus=1, **stream_options)
+                           params["streams"],
+                           session if session is not None else agree_in_group(None), local_gpus=1,
+                           **stream_options)
         self.streamer = SlotStreamer(cfg, transport)
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:

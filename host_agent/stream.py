@@ -9,8 +9,14 @@ shadow copy), also across calls, so the agent keeps the versions for the life of
 
 Loss: each slot has a retransmission timer with exponential backoff; a resend carries RETRANS and
 brings the result whether the contribution or the result was lost. A switch that stops
-answering ends in SwitchTimeout, not a hang. Results are matched on slot, version, fragment and
-the call's tag, so a late duplicate of an earlier call is never taken for a new result.
+answering ends in SwitchTimeout, not a hang. Results are matched on session, slot, version,
+fragment and the call's tag, so neither a result of another session nor a late duplicate of an
+earlier call is ever taken for a new result.
+
+A streamer is one session (host_agent.session): the versions it keeps are in step with the other
+hosts' only as long as every call completes everywhere. After a failed call (a timeout, a socket
+error) they may not be, so the streamer refuses further calls with SessionBroken; the job goes on
+with a new session, which the switch keeps apart from this one.
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ class SwitchTimeout(TimeoutError):
     """The switch did not answer within the deadline, retransmissions included."""
 
 
+class SessionBroken(RuntimeError):
+    """An earlier call of this session failed: its slots may be out of step with the other
+    hosts', so it cannot be used again. Start a new session."""
+
+
 class Transport(Protocol):
     def send(self, payload: bytes) -> None: ...
 
@@ -42,6 +53,7 @@ class StreamConfig:
     contributor: int  # this host's id at its ToR
     slots: int  # the job's window W
     streams: int  # hosts of the job: contributions summed by the switches
+    session: int  # the run's session number, the same on every host (host_agent.session)
     local_gpus: int = 1  # carried in num_contrib
     rto: float = 0.02  # retransmission timeout until round trips have been measured, seconds
     min_rto: float = 0.005
@@ -82,6 +94,10 @@ class SlotStreamer:
         self.rttvar = 0.0
         self.rto = cfg.rto
         self._backoff_at = float("-inf")
+        self.broken: str | None = None  # why this session cannot be used any more
+        if not 0 < cfg.session < 1 << 64:
+            raise ValueError(f"session {cfg.session}: a non-zero 64-bit number "
+                             "(host_agent.session.new_session)")
 
     def _sample_rtt(self, rtt: float) -> None:
         if self.srtt is None:
@@ -110,7 +126,14 @@ class SlotStreamer:
             local_error = e
             blocks[:] = 0
             local_exp = np.full(nfrag, fx.POISON, dtype=np.uint8)
-        sums, agreed = self._run(blocks, local_exp)
+        if self.broken is not None:
+            raise SessionBroken(f"job {self.cfg.job_id}: session {self.cfg.session:#x} failed "
+                                f"earlier ({self.broken}); start a new session")
+        try:
+            sums, agreed = self._run(blocks, local_exp)
+        except BaseException as e:
+            self.broken = f"{type(e).__name__}: {e}"
+            raise
         if local_error is not None:
             raise fx.NonFiniteError(f"this host: {local_error}")
         if np.any(agreed == fx.POISON):
@@ -148,7 +171,7 @@ class SlotStreamer:
             batch = packet.pack_batch(values, job_id=cfg.job_id, slot=sl,
                                       contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
                                       version=versions, frag=frag, num_contrib=cfg.local_gpus,
-                                      exp=exp, tag=tag)
+                                      exp=exp, tag=tag, session=cfg.session)
             now = time.monotonic()
             for i, row in enumerate(packet.payload_rows(batch)):
                 payload = row.tobytes()
@@ -187,7 +210,9 @@ class SlotStreamer:
                 waiting = sorted(pending)[:5]
                 raise SwitchTimeout(
                     f"job {cfg.job_id}: no result from the switch for {cfg.deadline:.1f}s "
-                    f"(slots {waiting} waiting, {self.stats.retransmissions} retransmissions)")
+                    f"(slots {waiting} waiting, {self.stats.retransmissions} retransmissions): "
+                    "another host of the job stopped, restarted or is in another session, "
+                    "or the switch is down")
             expired = False
             for p in pending.values():
                 if now >= p.sent + p.rto:
@@ -219,7 +244,7 @@ class SlotStreamer:
             return [], [], np.zeros(0, dtype=packet.PAYLOAD_DTYPE)
         recs = packet.unpack_batch(good, strict=False)
         ours = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
-                & (recs["tag"] == tag))
+                & (recs["tag"] == tag) & (recs["session"] == self.cfg.session))
         slots, frags, keep = [], [], []
         now = time.monotonic()
         for i, (ok, s, version, frag) in enumerate(zip(

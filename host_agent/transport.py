@@ -1,5 +1,10 @@
 """UDP transport of a host agent: datagrams to the switch's aggregation address, results on the
-job's agent port."""
+job's agent port.
+
+The socket is connected to the switch's address and port, so the kernel delivers only datagrams
+that come from there: a result sent by anyone else never reaches the agent (the switch, for its
+part, drops anything that is not its own result on the way to an agent port; see
+docs/protocol.md, "What PASSING protects against")."""
 
 from __future__ import annotations
 
@@ -8,6 +13,10 @@ import select
 import socket
 
 from passing import protocol as P
+
+# Sending into a full queue or through a firewall's drop loses the packet like a wire would, and
+# so does an ICMP error from a switch address that is not up yet: the slot's timer resends it.
+_LOST_ON_SEND = (errno.EPERM, errno.ENOBUFS, errno.EAGAIN, errno.ECONNREFUSED)
 
 
 class UdpTransport:
@@ -19,19 +28,19 @@ class UdpTransport:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         try:
             self.sock.bind((host_ip, agent_port))
+            self.sock.connect(self.peer)
         except OSError as e:
             self.sock.close()
-            raise OSError(f"cannot receive on {host_ip}:{agent_port}: {e.strerror}") from None
+            raise OSError(f"cannot receive on {host_ip}:{agent_port} from "
+                          f"{switch_ip}:{switch_port}: {e.strerror}") from None
         self.sock.setblocking(False)
         self.dropped_on_send = 0
 
     def send(self, payload: bytes) -> None:
         try:
-            self.sock.sendto(payload, self.peer)
+            self.sock.send(payload)
         except OSError as e:
-            # A packet dropped on the way out (full queue, a firewall's drop): lost like on a
-            # wire, and the slot's timer resends it. Anything else is a real error.
-            if e.errno not in (errno.EPERM, errno.ENOBUFS, errno.EAGAIN):
+            if e.errno not in _LOST_ON_SEND:
                 raise
             self.dropped_on_send += 1
 
@@ -42,7 +51,8 @@ class UdpTransport:
         while True:
             try:
                 out.append(self.sock.recv(65535))
-            except BlockingIOError:
+            except (BlockingIOError, ConnectionRefusedError):
+                # ConnectionRefused: an ICMP error for an earlier send, already counted lost.
                 return out
 
     def close(self) -> None:

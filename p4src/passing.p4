@@ -9,6 +9,7 @@
 #include "include/checksums.p4"
 #include "include/forwarding.p4"
 #include "include/jobs.p4"
+#include "include/guard.p4"
 #include "include/aggregation.p4"
 #include "include/peers.p4"
 
@@ -19,6 +20,7 @@ control PassingIngress(inout headers_t hdr, inout metadata_t meta,
         job_stats;
 
     JobAdmission() admission;
+    ResultGuard() guard;
     Aggregation() aggregation;
     L2Forward() l2;
 
@@ -40,7 +42,19 @@ control PassingIngress(inout headers_t hdr, inout metadata_t meta,
                 job_stats.count(meta.job.stat_idx * JOB_STATS_STRIDE + (bit<32>)event);
             }
         } else if (hdr.ethernet.isValid()) {
-            l2.apply(hdr, meta, sm);
+            bit<8> gdrop;
+            bit<1> guarded;
+            guard.apply(hdr, meta, sm, gdrop, guarded);
+            if (gdrop != DROP_NONE) {
+                global_drops.count((bit<32>)gdrop);
+                mark_to_drop(sm);
+            } else if (guarded == 1) {
+                job_stats.count(meta.job.stat_idx * JOB_STATS_STRIDE +
+                                (bit<32>)DROP_FORGED_RESULT);
+                mark_to_drop(sm);
+            } else {
+                l2.apply(hdr, meta, sm);
+            }
         } else {
             mark_to_drop(sm);
         }

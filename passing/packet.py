@@ -13,7 +13,7 @@ import numpy as np
 
 from passing import protocol as P
 
-_NUMPY_UINT = {8: ">u1", 16: ">u2", 32: ">u4"}
+_NUMPY_UINT = {8: ">u1", 16: ">u2", 32: ">u4", 64: ">u8"}
 
 HEADER_DTYPE = np.dtype([(f.name, _NUMPY_UINT[f.bits]) for f in P.HEADER_FIELDS])
 PAYLOAD_DTYPE = np.dtype(HEADER_DTYPE.descr + [("values", ">i4", (P.K,))])

@@ -52,6 +52,8 @@ HEADER_FIELDS: tuple[Field, ...] = (
     Field("exp", 8, "Block exponent proposed by the sender; the switch returns the maximum."),
     Field("tag", 8, "Chosen by the sender (agents: a per-call number); the switch passes it "
           "through, so results carry the tag of the packet that produced them."),
+    Field("session", 64, "The agents' session: a random non-zero number all hosts of one run "
+          "agreed on. A slot sums contributions of one session only; results carry it."),
 )
 
 HEADER_BYTES = sum(f.bits for f in HEADER_FIELDS) // 8
@@ -83,6 +85,7 @@ class JobDrop(enum.IntEnum):
     BAD_VERSION = 3  # version not 0 or 1
     BAD_FLAGS = 4  # neither CONTRIB nor RESULT, both, or unknown bits
     STALE_RESULT = 5  # a RESULT for a slot this switch has not completed and sent up
+    FORGED_RESULT = 6  # a RESULT not from the job's uplink, or UDP to one of its agents' ports
 
 
 class JobEvent(enum.IntEnum):
@@ -106,6 +109,8 @@ class GlobalDrop(enum.IntEnum):
 
     UNKNOWN_JOB = 0
     MALFORMED = 1  # truncated, wrong lengths or bad IPv4 checksum on the PASSING port
+    FORGED = 2  # UDP from source port 48879 to another port: only switches send from it
+    UNCHECKED_UDP = 3  # UDP whose ports the parser cannot see (IPv4 options)
 
 
 GLOBAL_DROP_SLOTS = 4

@@ -1,5 +1,7 @@
 """Register inspection for tests, the way simple_switch_CLI reads BMv2's registers over Thrift:
-a line-based TCP service on loopback. `register_read NAME INDEX` answers `NAME[INDEX]= VALUE`."""
+a line-based TCP service on loopback. `register_read NAME INDEX` answers `NAME[INDEX]= VALUE`;
+`register_dump NAME` answers `NAME= V0 V1 ...`, every cell at one instant (what BMv2's
+`serialize_state` gives whole, where its `register_read` stops at 64 bits)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,15 @@ def serve_inspection(pipeline: Pipeline, host: str, port: int) -> socketserver.T
                         reply = f"{words[1]}[{words[2]}]= {value}"
                     except (KeyError, IndexError) as e:
                         reply = f"Error: {e}"
+                elif words[0] == "register_dump" and len(words) == 2:
+                    try:
+                        with pipeline.state.lock:
+                            cells = pipeline.slots.dump(words[1])
+                        reply = f"{words[1]}= " + " ".join(map(str, cells))
+                    except KeyError as e:
+                        reply = f"Error: {e}"
                 else:
-                    reply = "Error: usage: register_read NAME INDEX"
+                    reply = "Error: usage: register_read NAME INDEX | register_dump NAME"
                 self.wfile.write((reply + "\n").encode())
 
     socketserver.TCPServer.allow_reuse_address = True

@@ -8,6 +8,7 @@ same as on BMv2. The conformance suite (tests/conformance) holds both targets to
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from passing import lanes
 from passing import protocol as P
@@ -21,12 +22,31 @@ PASSING_END = VALUES_OFF + P.VALUES_BYTES
 PASSING_UDP_LEN = 8 + P.PAYLOAD_BYTES
 PASSING_IPV4_LEN = 20 + PASSING_UDP_LEN
 
-_HDR = struct.Struct("!HHBBBBIHBB")
+_HDR = struct.Struct("!HHBBBBIHBBQ")
+
+
+class Header(NamedTuple):
+    """The PASSING header, field for field (passing.protocol.HEADER_FIELDS)."""
+
+    job_id: int
+    slot: int
+    contributor: int
+    flags: int
+    version: int
+    level: int
+    frag: int
+    num_contrib: int
+    exp: int
+    tag: int
+    session: int
+
+
 _IPV4_WORDS = struct.Struct("!10H")
 _UDP_PORTS = struct.Struct("!HH")
 _PASSING_PORT_BYTES = P.PASSING_UDP_PORT.to_bytes(2, "big")
 
-FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS = int(P.Flag.CONTRIB), int(P.Flag.RESULT), 4
+FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS = (int(P.Flag.CONTRIB), int(P.Flag.RESULT),
+                                           int(P.Flag.RETRANS))
 FLAGS_KNOWN = P.FLAGS_MASK
 DROP_NONE = None
 
@@ -35,10 +55,12 @@ INITIAL_DEFAULTS = {
     "job_config": Action("NoAction", {}),
     "membership": Action("NoAction", {}),
     "peer_rewrite": Action("no_peer", {}),
+    "result_guard": Action("NoAction", {}),
     "l2_forward": Action("l2_drop", {}),
 }
 
 _MASK72 = (1 << 72) - 1
+_MASK64 = (1 << 64) - 1
 
 
 def ipv4_checksum(header20: bytes | bytearray) -> int:
@@ -55,7 +77,7 @@ class SlotStore:
 
     def __init__(self, capacity: int = P.SLOT_CAPACITY):
         self.capacity = capacity
-        # slot_state word: gen(32) ++ v1(72) ++ v0(72); each version word:
+        # slot_state word: gen(32) ++ session(64) ++ v1(72) ++ v0(72); each version word:
         # rdy(8) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(32). Kept as ints, as in the P4.
         self.state = [0] * capacity
         self.values = [0] * (2 * capacity)
@@ -64,11 +86,18 @@ class SlotStore:
         self.state = [0] * self.capacity
         self.values = [0] * (2 * self.capacity)
 
-    def read(self, register: str, index: int) -> int:
+    def _cells(self, register: str) -> list[int]:
         regs = {"slot_state": self.state, "slot_values": self.values}
         if register not in regs:
             raise KeyError(f"no register {register}")
-        cells = regs[register]
+        return regs[register]
+
+    def dump(self, register: str) -> list[int]:
+        """Every cell of `register`, in index order."""
+        return list(self._cells(register))
+
+    def read(self, register: str, index: int) -> int:
+        cells = self._cells(register)
         if not 0 <= index < len(cells):
             raise IndexError(f"{register}[{index}] out of range (size {len(cells)})")
         return cells[index]
@@ -99,7 +128,29 @@ class Pipeline:
                 return self._passing(port, frame)
             if len(frame) < 14:
                 return []
+            if self._guard(frame):
+                return []
             return self._l2(port, frame)
+
+    # -- ResultGuard -------------------------------------------------------------------------
+    def _guard(self, frame: bytes) -> bool:
+        """True if the frame is dropped as a forged result or unchecked UDP (counted)."""
+        st = self.state
+        if len(frame) < 34 or frame[12:14] != ETH_IPV4 or frame[23] != 17 \
+                or frame[20] & 0x1F or frame[21]:
+            return False  # not IPv4 UDP, or a later fragment (no UDP header in it)
+        if frame[14] & 0x0F != 5 or len(frame) < 42:
+            st.count("global_drops", P.GlobalDrop.UNCHECKED_UDP, len(frame))
+            return True
+        if frame[34:36] == _PASSING_PORT_BYTES:
+            st.count("global_drops", P.GlobalDrop.FORGED, len(frame))
+            return True
+        guard = st.tables["result_guard"].entries.get((int.from_bytes(frame[36:38], "big"),))
+        if guard is None:
+            return False
+        st.count("job_stats", guard.params["stat_idx"] * P.JOB_STATS_STRIDE
+                 + P.JobDrop.FORGED_RESULT, len(frame))
+        return True
 
     # -- L2Forward / L2Prune ---------------------------------------------------------------------
     def _l2(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
@@ -124,44 +175,42 @@ class Pipeline:
                 or int.from_bytes(frame[38:40], "big") != PASSING_UDP_LEN):
             st.count("global_drops", P.GlobalDrop.MALFORMED, nbytes)
             return []
-        job_id, slot, contrib, flags, version, level, frag, ncontrib, exp, tag = \
-            _HDR.unpack_from(frame, PASSING_OFF)
-        job = st.tables["job_config"].entries.get((job_id,))
+        h = Header._make(_HDR.unpack_from(frame, PASSING_OFF))
+        job = st.tables["job_config"].entries.get((h.job_id,))
         if job is None:
             st.count("global_drops", P.GlobalDrop.UNKNOWN_JOB, nbytes)
             return []
         j = job.params
-        member = st.tables["membership"].entries.get((job_id, port))
-        kind = flags & (FLAG_CONTRIB | FLAG_RESULT)
+        member = st.tables["membership"].entries.get((h.job_id, port))
+        kind = h.flags & (FLAG_CONTRIB | FLAG_RESULT)
         jdrop = DROP_NONE
-        if flags & ~FLAGS_KNOWN & 0xFF or (kind != FLAG_CONTRIB and kind != FLAG_RESULT):
+        if h.flags & ~FLAGS_KNOWN & 0xFF or (kind != FLAG_CONTRIB and kind != FLAG_RESULT):
             jdrop = P.JobDrop.BAD_FLAGS
         elif kind == FLAG_CONTRIB:
             if member is None:
                 jdrop = P.JobDrop.NOT_MEMBER
-            elif (contrib - member.params["contributor"]) & 0xFF >= member.params["count"]:
+            elif (h.contributor - member.params["contributor"]) & 0xFF >= member.params["count"]:
                 jdrop = P.JobDrop.BAD_CONTRIBUTOR
         elif j["is_root"] == P.Role.ROOT or port != j["uplink_port"]:
-            jdrop = P.JobDrop.NOT_MEMBER
+            jdrop = P.JobDrop.FORGED_RESULT
         if jdrop is DROP_NONE:
-            if slot >= j["pool_size"]:
+            if h.slot >= j["pool_size"]:
                 jdrop = P.JobDrop.SLOT_RANGE
-            elif version > 1:
+            elif h.version > 1:
                 jdrop = P.JobDrop.BAD_VERSION
         if jdrop is not DROP_NONE:
             st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + jdrop, nbytes)
             return []
-        event, out = self._aggregate(port, frame, j, job_id, slot, contrib, flags, version,
-                                     level, frag, ncontrib, exp, tag)
+        event, out = self._aggregate(port, frame, j, h)
         st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
         return out
 
-    def _aggregate(self, port, frame, j, job_id, slot, contrib, flags, version, level, frag,
-                   ncontrib, exp, tag) -> tuple[int, list[tuple[int, bytes]]]:
+    def _aggregate(self, port: int, frame: bytes, j: dict[str, int],
+                   h: Header) -> tuple[int, list[tuple[int, bytes]]]:
         """Aggregation.aggregate(): both registers read and written once, one event."""
         st, slots = self.state, self.slots
-        idx = (j["pool_base"] + slot) & 0xFFFFFFFF
-        vidx = ((idx << 1) + version) & 0xFFFFFFFF
+        idx = (j["pool_base"] + h.slot) & 0xFFFFFFFF
+        vidx = ((idx << 1) + h.version) & 0xFFFFFFFF
         if idx >= slots.capacity:
             # BMv2 would fault on an out-of-range register index; the controller never
             # configures one (JobConfig checks pool_base + pool_size <= capacity).
@@ -169,18 +218,18 @@ class Pipeline:
         word = slots.state[idx]
         acc = slots.values[vidx]
         gen = j["gen"]
-        if word >> 144 != gen:
-            cur = oth = 0
-        elif version == 1:
+        if word >> 208 != gen or (word >> 144) & _MASK64 != h.session:
+            cur = oth = 0  # another job's or another session's state: empty for this packet
+        elif h.version == 1:
             cur, oth = (word >> 72) & _MASK72, word & _MASK72
         else:
             cur, oth = word & _MASK72, (word >> 72) & _MASK72
-        mybit = (1 << contrib) & 0xFFFFFFFF
+        mybit = (1 << h.contributor) & 0xFFFFFFFF
         fan_in = j["fan_in"]
         bm, ccnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
         cex, cns, crdy = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
 
-        is_result = flags & FLAG_RESULT == FLAG_RESULT
+        is_result = h.flags & FLAG_RESULT == FLAG_RESULT
         is_new = not is_result and bm & mybit == 0
         first = bm == 0
         cnt = ccnt if not is_new else 1 if first else (ccnt + 1) & 0xFF
@@ -192,25 +241,28 @@ class Pipeline:
         else:
             event = E.RESULT_AGAIN if crdy != 0 else \
                 E.RESEND_UP if ccnt == fan_in else E.DUPLICATE
+        if event == P.JobDrop.STALE_RESULT:
+            return event, []  # the slot is left exactly as it was, as in the P4 program
         stored = event == E.DOWNLINK
         overwrite = stored or (is_new and first)
         pkt = lanes.word_from_bytes(frame[VALUES_OFF:PASSING_END])
         vals = pkt if overwrite else lanes.swar_add(acc, pkt) if is_new else acc
         slots.values[vidx] = vals
-        ex = exp if overwrite or (is_new and exp > cex) else cex
-        ns = ncontrib if overwrite else (cns + ncontrib) & 0xFFFF if is_new else cns
+        ex = h.exp if overwrite or (is_new and h.exp > cex) else cex
+        ns = h.num_contrib if overwrite else (cns + h.num_contrib) & 0xFFFF if is_new else cns
         rdy = 1 if stored or event == E.COMPLETE_ROOT else 0 if is_new and first else crdy
         bm = bm | mybit if is_new else bm
         other = oth & ~mybit & _MASK72 if is_new else oth
         mine = (rdy << 64) | (ns << 48) | (ex << 40) | (cnt << 32) | bm
-        pair = (mine << 72) | other if version == 1 else (other << 72) | mine
-        slots.state[idx] = (gen << 144) | pair
+        pair = (mine << 72) | other if h.version == 1 else (other << 72) | mine
+        slots.state[idx] = (gen << 208) | (h.session << 144) | pair
 
         # (egress port, rid): replicas carry the group's rid, an answer the asker's id.
+        level = h.level
         if event in (E.COMPLETE_ROOT, E.DOWNLINK):
             ports = list(st.mcast.get(j["mcast_grp"], ()))
         elif event == E.RESULT_AGAIN:
-            ports = [(port, contrib)]
+            ports = [(port, h.contributor)]
         elif event in (E.COMPLETE_UP, E.RESEND_UP):
             ports = [(j["uplink_port"], 0)]
             level = (level + 1) & 0xFF
@@ -218,22 +270,22 @@ class Pipeline:
             return event, []
         flags = FLAG_CONTRIB if event == E.COMPLETE_UP else \
             FLAG_CONTRIB | FLAG_RETRANS if event == E.RESEND_UP else FLAG_RESULT
+        out_hdr = h._replace(flags=flags, level=level, num_contrib=ns, exp=ex)
         values = lanes.word_to_bytes(vals)
-        tail = frame[PASSING_END:]
         out = []
         for egress, rid in ports:
-            peer = st.tables["peer_rewrite"].entries.get((job_id, egress, rid))
+            peer = st.tables["peer_rewrite"].entries.get((h.job_id, egress, rid))
             if peer is None:
                 st.count("egress_drops", 0, len(frame))
                 continue
-            out.append((egress, self._rewrite(frame, peer.params, slot, flags, version, level,
-                                              frag, ns, ex, tag, job_id, values, tail)))
+            out.append((egress, self._rewrite(frame, peer.params, out_hdr, values)))
         return event, out
 
     @staticmethod
-    def _rewrite(frame, peer, slot, flags, version, level, frag, ncontrib, exp, tag,
-                 job_id, values, tail) -> bytes:
-        """PeerRewrite.set_peer, then the checksum update and the deparser."""
+    def _rewrite(frame: bytes, peer: dict[str, int], h: Header, values: bytes) -> bytes:
+        """PeerRewrite.set_peer, then the checksum update and the deparser: the frame's
+        IPv4 header with the peer's addresses, header `h` with the recipient's id, `values`,
+        and whatever trailed the PASSING part of the frame."""
         ip = bytearray(frame[IPV4_OFF:IPV4_OFF + 20])
         ip[12:16] = peer["src_ip"].to_bytes(4, "big")
         ip[16:20] = peer["dst_ip"].to_bytes(4, "big")
@@ -242,7 +294,6 @@ class Pipeline:
             peer["dst_mac"].to_bytes(6, "big"), peer["src_mac"].to_bytes(6, "big"), ETH_IPV4,
             ip,
             _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), frame[38:40], b"\x00\x00",
-            _HDR.pack(job_id, slot, peer["contributor"], flags, version, level, frag, ncontrib,
-                      exp, tag),
-            values, tail,
+            _HDR.pack(*h._replace(contributor=peer["contributor"])),
+            values, frame[PASSING_END:],
         ))

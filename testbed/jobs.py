@@ -14,6 +14,7 @@ from scapy.layers.l2 import Ether
 
 from controller.switch import SwitchConnection, Update
 from controller.tables.admission import AdmissionTables, JobConfig
+from controller.tables.guard import ResultGuardTables
 from controller.tables.peers import Peer, PeerTables
 from passing import packet
 from passing import protocol as P
@@ -52,11 +53,13 @@ def install_job(sw: SwitchConnection, dev: int, job_id: int,
                 members: dict[int, int | tuple[int, int]], *,
                 pool_base: int = 0, pool_size: int = 16, gen: int = 1, stat_idx: int = 0,
                 mcast_grp: int | None = None, uplink: Uplink | None = None,
-                member_switches: dict[int, int] | None = None) -> JobConfig:
+                member_switches: dict[int, int] | None = None,
+                guard: bool = True) -> JobConfig:
     """members: port -> contributor id of a host, or (first id, count) for a host whose ranks
     stream on their own (switch-only INA; rank i receives on agent_port(port, i));
     member_switches: port -> (ToR) device id of member switches (at a spine: their contributor
-    id is the key's position in the dict order)."""
+    id is the key's position in the dict order); guard: reserve the agents' result ports
+    (result_guard), as the controller does."""
     grp = mcast_grp if mcast_grp is not None else 100 + job_id
     ranges = {port: m if isinstance(m, tuple) else (m, 1) for port, m in members.items()}
     fan_in = sum(n for _, n in ranges.values()) + len(member_switches or {})
@@ -72,6 +75,9 @@ def install_job(sw: SwitchConnection, dev: int, job_id: int,
                 host_mac(dev, port), switch_mac(dev), host_ip(dev, port), switch_ip(dev),
                 agent_port(port, rank), first + rank)))
             replicas.append((port, first + rank))
+            if guard:
+                ups.append(ResultGuardTables(sw).guard_update(Update.INSERT,
+                                                              agent_port(port, rank), stat_idx))
     base = fan_in - len(member_switches or {})
     for i, (port, tor_dev) in enumerate((member_switches or {}).items()):
         cid = base + i
@@ -89,14 +95,19 @@ def install_job(sw: SwitchConnection, dev: int, job_id: int,
     return cfg
 
 
+# The session of the test's own agents, unless a test says otherwise.
+SESSION = 0x5E55_1011_0000_0001
+
+
 def contribution(dev: int, port: int, values, *, job_id: int, slot: int = 0, version: int = 0,
                  contributor: int | None = None, frag: int = 0, num_contrib: int = 1,
-                 exp: int = 0, flags: int = int(P.Flag.CONTRIB), level: int = 0) -> bytes:
+                 exp: int = 0, flags: int = int(P.Flag.CONTRIB), level: int = 0,
+                 tag: int = 0, session: int = SESSION) -> bytes:
     """A full frame as a host on `port` would send it to its switch."""
     payload = packet.pack(np.asarray(values, dtype=np.int64), job_id=job_id, slot=slot,
                           version=version, contributor=port - 1 if contributor is None
                           else contributor, frag=frag, num_contrib=num_contrib, exp=exp,
-                          flags=flags, level=level)
+                          flags=flags, level=level, tag=tag, session=session)
     frame = (Ether(dst=switch_mac(dev), src=host_mac(dev, port))
              / IP(src=host_ip(dev, port), dst=switch_ip(dev))
              / UDP(sport=agent_port(port), dport=P.PASSING_UDP_PORT) / payload)
@@ -116,3 +127,34 @@ def decode(frame: bytes):
     """(scapy packet, numpy record of the PASSING payload) of a frame the switch sent."""
     pkt = Ether(frame)
     return pkt, packet.unpack(bytes(pkt[UDP].payload))
+
+
+class PortTransport:
+    """A host agent's transport on a fabric's test port: the agent's payloads leave as frames
+    from the host on switch `dev`'s port `port`; only frames the switch addressed to that host's
+    agent port, from the switch's address and port 48879, come back (what the agent's connected
+    UDP socket lets through)."""
+
+    def __init__(self, test_port, dev: int, port: int, rank: int = 0):
+        self.test_port, self.dev, self.port = test_port, dev, port
+        self.udp_port = agent_port(port, rank)
+
+    def send(self, payload: bytes) -> None:
+        frame = Ether(dst=switch_mac(self.dev), src=host_mac(self.dev, self.port)) / IP(
+            src=host_ip(self.dev, self.port), dst=switch_ip(self.dev)) / UDP(
+            sport=self.udp_port, dport=P.PASSING_UDP_PORT) / payload
+        self.test_port.send(bytes(frame))
+
+    def recv(self, timeout: float) -> list[bytes]:
+        frames = self.test_port.recv(1, timeout)
+        while frames and (more := self.test_port.recv_nowait()) is not None:
+            frames.append(more)
+        out = []
+        for frame in frames:
+            pkt = Ether(frame)
+            if (IP in pkt and UDP in pkt and pkt[IP].src == switch_ip(self.dev)
+                    and pkt[IP].dst == host_ip(self.dev, self.port)
+                    and pkt[UDP].sport == P.PASSING_UDP_PORT
+                    and pkt[UDP].dport == self.udp_port):
+                out.append(bytes(pkt[UDP].payload))
+        return out

@@ -2,8 +2,11 @@
  * two-level tree (ATP-style: a non-root switch sends its finished slot up as one contribution and
  * multicasts the result that comes back down).
  *
- * State per slot (register slot_state, 176 bits):
- *   [175:144] gen   job generation that wrote it; any other value means "empty"
+ * State per slot (register slot_state, 240 bits):
+ *   [239:208] gen      job generation that wrote it
+ *   [207:144] session  the agents' session that wrote it
+ *   Slot state of any other (gen, session) reads as empty: a contribution of a new session
+ *   takes the slot over, so no session ever sees another's sums (docs/protocol.md, Sessions).
  *   [143:72]  version 1 word, [71:0] version 0 word, each:
  *     [31:0] contributor bitmap  [39:32] count  [47:40] max exp  [63:48] sum of num_contrib
  *     [71:64] rdy: the slot holds the final result (at a root as soon as it completes; at a
@@ -25,7 +28,7 @@
 
 control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t sm,
                     out bit<8> event) {
-    @name(".slot_state") register<bit<176>>(SLOT_CAPACITY) slot_state;
+    @name(".slot_state") register<bit<240>>(SLOT_CAPACITY) slot_state;
     @name(".slot_values") register<bit<VALUES_BITS>>(SLOT_CAPACITY * 2) slot_values;
 
     /* One action: inside an action p4c keeps ?: as an expression for BMv2, where in an apply
@@ -33,13 +36,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
     action aggregate() {
         bit<32> idx = meta.job.pool_base + (bit<32>)hdr.passing.slot;
         bit<32> vidx = (idx << 1) + (bit<32>)hdr.passing.version;
-        bit<176> st;
+        bit<240> st;
         slot_state.read(st, idx);
         bit<VALUES_BITS> acc;
         slot_values.read(acc, vidx);
 
-        /* This version's word and the other one; all zero if written by another generation. */
-        bool fresh = st[175:144] == meta.job.gen;
+        /* This version's word and the other one; all zero if written by another generation
+         * or another session. */
+        bool fresh = st[239:208] == meta.job.gen && st[207:144] == hdr.passing.session;
         bool v1 = hdr.passing.version == 1;
         bit<72> cur = !fresh ? 72w0 : (v1 ? st[143:72] : st[71:0]);
         bit<72> oth = !fresh ? 72w0 : (v1 ? st[71:0] : st[143:72]);
@@ -82,7 +86,11 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
          * there is cleared: that lets the other version be reused once all have moved on. */
         bit<72> other = is_new ? oth & ~((bit<72>)mybit) : oth;
         bit<72> mine = rdy ++ ns ++ ex ++ cnt ++ bm;
-        slot_state.write(idx, meta.job.gen ++ (v1 ? mine ++ other : other ++ mine));
+        /* A refused result leaves the slot exactly as it was: only contributions may take a
+         * slot over for their session. */
+        slot_state.write(idx, event == DROP_STALE_RESULT ? st :
+                              meta.job.gen ++ hdr.passing.session ++
+                              (v1 ? mine ++ other : other ++ mine));
 
         /* What leaves, and where. Dropped events leave nothing. */
         bool up = event == EVT_COMPLETE_UP || event == EVT_RESEND_UP;

@@ -19,9 +19,9 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<8>  IP_PROTO_UDP = 17;
 
 /* Byte counts used to reject truncated or padded aggregation packets. */
-const bit<16> PASSING_HDR_BYTES = 16;
-const bit<16> PASSING_UDP_LEN = 8 + 16 + (PASSING_K * 4);
-const bit<16> PASSING_IPV4_LEN = 20 + 8 + 16 + (PASSING_K * 4);
+const bit<16> PASSING_HDR_BYTES = 24;
+const bit<16> PASSING_UDP_LEN = 8 + 24 + (PASSING_K * 4);
+const bit<16> PASSING_IPV4_LEN = 20 + 8 + 24 + (PASSING_K * 4);
 
 /* flags */
 const bit<8> FLAG_CONTRIB = 0x01;
@@ -38,6 +38,7 @@ const bit<8> DROP_SLOT_RANGE      = 2;
 const bit<8> DROP_BAD_VERSION     = 3;
 const bit<8> DROP_BAD_FLAGS       = 4;
 const bit<8> DROP_STALE_RESULT    = 5;
+const bit<8> DROP_FORGED_RESULT   = 6;   /* claims to be a result, from where none may come */
 const bit<8> EVT_PARTIAL          = 8;   /* new contribution, slot not complete: consumed */
 const bit<8> EVT_COMPLETE_ROOT    = 9;   /* new contribution completed the slot: multicast */
 const bit<8> EVT_COMPLETE_UP      = 10;  /* new contribution completed the rack sum: sent up */
@@ -49,6 +50,11 @@ const bit<8> EVT_DOWNLINK         = 14;  /* result from the spine: stored, multi
 /* Drops that belong to no job (index in global_drops). */
 const bit<8> GDROP_UNKNOWN_JOB = 0;
 const bit<8> GDROP_MALFORMED   = 1;
+/* UDP from the aggregation port to anything but the aggregation port: only switches send from
+ * 48879, and a result is addressed at the switch that delivers it, never forwarded by another. */
+const bit<8> GDROP_FORGED      = 2;
+/* UDP the parser cannot check (IPv4 options, or a cut UDP header): see guard.p4. */
+const bit<8> GDROP_UNCHECKED_UDP = 3;
 
 const bit<9> DROP_PORT = 511;  /* v1model BMv2: egress_spec 511 drops */
 

@@ -44,6 +44,9 @@ header passing_t {
     bit<16> num_contrib;
     bit<8>  exp;
     bit<8>  tag;
+    /* The agents' session (a random non-zero 64-bit number they agreed on when they started):
+     * a slot only ever sums contributions of one session, and results carry it. */
+    bit<64> session;
 }
 
 /* K 32-bit two's complement values, value 0 in the most significant bits (first on the wire).

@@ -62,7 +62,7 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
                          DROP_BAD_CONTRIBUTOR : DROP_NONE)) :
                 /* Results are only accepted from above, by a non-root switch. */
                 ((meta.job.is_root == ROLE_ROOT ||
-                  sm.ingress_port != meta.job.uplink_port) ? DROP_NOT_MEMBER : DROP_NONE));
+                  sm.ingress_port != meta.job.uplink_port) ? DROP_FORGED_RESULT : DROP_NONE));
         jdrop = (jdrop != DROP_NONE) ? jdrop :
                 ((hdr.passing.slot >= meta.job.pool_size) ? DROP_SLOT_RANGE :
                  ((hdr.passing.version > 1) ? DROP_BAD_VERSION : DROP_NONE));

@@ -8,8 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from scapy.layers.inet import IP, UDP, IPOption_NOP
+from scapy.layers.l2 import Ether
 
 from controller.cli import build_parser, main
+from controller.topology import load
+from passing import protocol as P
 from passing.pipeline_files import REPO
 
 SUBCOMMANDS = [["switches"], ["prepare"], ["job"], ["job", "create"], ["job", "delete"],
@@ -74,6 +78,8 @@ def test_operator_session(fabric_of, tmp_path, capsys):
         (["job", "create", "8", "--hosts", "h1,h9", "--window", "4"], "not in topology"),
         (["job", "create", "8", "--hosts", "h1", "--window", "5000"], "share"),
         (["job", "create", "0", "--hosts", "h1", "--window", "4"], "job id 0 outside"),
+        (["job", "create", "8", "--hosts", "h3", "--window", "4", "--agent-port", "40000"],
+         "job 8: agent ports 40000 overlap job 7's agent ports 40000"),
         (["job", "delete", "9"], "no job 9"),
         (["job", "show", "9"], "no job 9"),
         (["stats", "9"], "no job 9"),
@@ -129,3 +135,41 @@ def test_no_traceback_from_the_real_command(tmp_path):
                          capture_output=True, text=True)
     assert res.returncode == 3
     assert res.stderr.startswith("passing-ctl: ") and "Traceback" not in res.stderr
+
+
+def test_stats_accounts_for_every_dropped_forged_packet(fabric_of, tmp_path, capsys):
+    fabric = fabric_of("star")
+    cfg = write_config(tmp_path, fabric)
+    assert ctl(capsys, cfg, "prepare")[0] == 0  # L2 forwarding: without the guard h1 gets them
+    assert ctl(capsys, cfg, "job", "create", "7", "--hosts", "h1,h2", "--window", "8")[0] == 0
+    code, out, _ = ctl(capsys, cfg, "job", "show", "7", "--json")
+    agent_port = json.loads(out)["agent_params"]["agent_port"]
+    topo = load(REPO / "topologies" / "star.json")
+    h1, h3 = topo.hosts["h1"], topo.hosts["h3"]
+    ports = fabric["s1"].test_ports
+
+    def frame(dport, sport=12345, ip_options=()):
+        return bytes(Ether(src=h3.mac, dst=h1.mac)
+                     / IP(src=h3.ip, dst=h1.ip, options=list(ip_options))
+                     / UDP(sport=sport, dport=dport) / (b"\x00" * 16))
+
+    ports[3].send(frame(agent_port))  # to an agent of job 7: counted in the job's row
+    ports[3].send(frame(5555, sport=P.PASSING_UDP_PORT))  # from the aggregation port
+    ports[3].send(frame(5555, ip_options=[IPOption_NOP()] * 4))  # ports hidden by options
+    ports[3].send(frame(5555))  # ordinary traffic
+    assert [Ether(f)[UDP].dport for f in ports[1].recv(4, 1)] == [5555]
+    code, out, _ = ctl(capsys, cfg, "stats", "7", "--json")
+    s1 = json.loads(out)["7"]["s1"]
+    assert s1["drops_forged_result"] == 1
+    assert s1["switch_drops"] == {"unknown_job": 0, "malformed": 0, "forged": 1,
+                                  "unchecked_udp": 1, "no_peer": 0}
+    code, out, _ = ctl(capsys, cfg, "stats")
+    assert code == 0
+    jobs, drops, switch = out.split("\n\n")
+    head, row = (line.split() for line in drops.splitlines()[1:])
+    assert dict(zip(head, row, strict=True))["FORGED_RESULT"] == "1"
+    assert switch.splitlines()[0] == "switch-wide drops (no job's row):"
+    head, row = (line.split() for line in switch.splitlines()[1:])
+    assert dict(zip(head, row, strict=True)) == {
+        "SWITCH": "s1", "UNKNOWN_JOB": "0", "MALFORMED": "0", "FORGED": "1",
+        "UNCHECKED_UDP": "1", "NO_PEER": "0"}

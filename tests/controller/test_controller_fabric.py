@@ -12,30 +12,12 @@ from controller.core import Controller, ControllerError, Endpoint
 from controller.jobs import JobSpec
 from controller.switch import Update
 from controller.tables.admission import AdmissionTables, JobConfig
+from controller.tables.guard import ResultGuardTables
 from controller.topology import load
 from passing import packet
 from passing import protocol as P
 from passing.pipeline_files import REPO
 from passing.scapy_layer import Passing  # noqa: F401  (decodes results)
-
-LAYOUT_OF = {"star": "star", "leafspine": "two_level"}
-
-
-@pytest.fixture
-def make_controller(fabric_of, tmp_path):
-    made = []
-
-    def make(topo_name: str, state=None, fabric=None, **kw) -> tuple[Controller, object]:
-        topo = load(REPO / "topologies" / f"{topo_name}.json")
-        fabric = fabric or fabric_of(LAYOUT_OF[topo_name])
-        endpoints = {n: Endpoint(n, fabric[n].grpc_address, fabric[n].device_id)
-                     for n in topo.switches}
-        ctl = Controller(topo, endpoints, state or tmp_path / "state.sqlite", **kw)
-        made.append(ctl)
-        return ctl, fabric
-    yield make
-    for ctl in made:
-        ctl.close()
 
 
 def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0) -> bytes:
@@ -139,15 +121,21 @@ def test_job_that_does_not_fit(make_controller):
 def test_failed_install_rolls_back_every_switch(make_controller):
     ctl, fabric = make_controller("leafspine")
     ctl.prepare("spine")
-    # Occupy, behind the controller's back, the multicast group the spine will be given.
+    # Behind the controller's back, the spine already holds an entry for job 6 (the last
+    # switch the controller writes): installing there fails after both ToRs were written.
+    foreign = JobConfig(6, 3000, 4, 1, 77, 999, 1, 0, 100)
     spine = ctl.conn("spine")
-    spine.write([spine.multicast_update(Update.INSERT, ctl.store.free_mcast_group("spine"),
-                                        [(1, 0)])])
+    spine.write([AdmissionTables(spine).job_update(Update.INSERT, foreign)])
     with pytest.raises(ControllerError, match="not created, nothing left installed"):
         ctl.create_job(JobSpec(6, ("h1", "h3"), window=4))
     assert ctl.store.get_job(6) is None
-    for name in ("tor1", "tor2", "spine"):
+    for name in ("tor1", "tor2"):
         assert AdmissionTables(fabric[name].conn).jobs() == {}, name
+        assert ResultGuardTables(fabric[name].conn).guards() == {}, name
+    # The rollback took back what it wrote and nothing else: the entry it collided with stays.
+    assert AdmissionTables(fabric["spine"].conn).jobs() == {6: foreign}
+    assert AdmissionTables(fabric["spine"].conn).members() == {}
+    assert ResultGuardTables(fabric["spine"].conn).guards() == {}
     assert all(ctl.slots()[s].used() == 0 for s in ("tor1", "tor2", "spine"))
 
 

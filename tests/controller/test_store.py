@@ -112,6 +112,23 @@ def test_stat_idx_and_mcast_group_are_lowest_free_and_reused_after_remove(store)
     assert store.free_stat_idx("tor1") == 3
 
 
+def test_generation_floor_keeps_a_new_file_above_what_the_switch_holds(store):
+    # A fresh file would hand out 1; the switch still holds a job under generation 7.
+    assert store.next_generation("tor1", floor=7) == 8
+    assert store.next_generation("tor1") == 9  # the floor's effect is remembered
+    assert store.next_generation("tor1", floor=3) == 10  # a lower floor changes nothing
+    assert store.next_generation("tor2", floor=0) == 1
+    with pytest.raises(StoreError, match="floor"):
+        store.next_generation("tor1", floor=2**32 - 1)
+    assert store.next_generation("tor1") == 11  # a refused call used nothing up
+
+
+def test_rows_and_groups_the_switch_holds_are_not_handed_out(store):
+    store.add_job(job(1, pool(gen=1, stat_idx=0, mcast_grp=2)))
+    assert store.free_stat_idx("tor1", taken={1, 2}) == 3
+    assert store.free_mcast_group("tor1", taken=[1, 3]) == 4
+
+
 def test_all_counter_rows_used(store):
     for i in range(P.MAX_JOBS):
         store.add_job(job(i, pool(gen=i + 1, stat_idx=i, mcast_grp=i + 2, base=i, size=1)))

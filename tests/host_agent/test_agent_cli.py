@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -16,6 +17,12 @@ from testbed.loopback import UdpLoopbackSwitch
 
 def free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -54,17 +61,53 @@ def test_bad_arguments_exit_2(params_file):
         assert p.returncode == 2 and message in err, err
 
 
-def test_a_host_alone_times_out_clearly(params_file):
+def test_a_host_alone_fails_clearly_at_the_rendezvous(params_file):
     p = agent("--params", str(params_file), "--host", "h1", "--size", "100", "--iters", "1",
-              "--timeout", "1", "--rto", "0.05")
+              "--rendezvous-port", str(free_tcp_port()), "--rendezvous-timeout", "3")
     _, err = p.communicate(timeout=120)
-    assert p.returncode == 1 and "no result from the switch" in err
+    assert p.returncode == 1 and "the other hosts did not join within 3s" in err, err
 
 
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_a_silent_switch_fails_every_host_clearly(params_file, tmp_path):
+    params = json.loads(params_file.read_text())
+    params["udp_port"] = free_udp_port()  # nobody answers there
+    silent = tmp_path / "silent.json"
+    silent.write_text(json.dumps(params))
+    port = str(free_tcp_port())
+    procs = [agent("--params", str(silent), "--host", h, "--size", "100", "--iters", "1",
+                   "--timeout", "1", "--rto", "0.05", "--rendezvous-port", port)
+             for h in ("h1", "h2")]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 1 and "no result from the switch for 1.0s" in err, err
+
+
+def test_one_host_restarting_alone_gets_no_session_and_the_other_fails(params_file):
+    """h2's agent is killed mid-run and started again while h1 still runs: the new h2 cannot
+    join h1's session (it fails at the rendezvous), h1 fails within its deadline; neither
+    returns a wrong value."""
+    port = str(free_tcp_port())
+    common = ["--params", str(params_file), "--size", "64K", "--rendezvous-port", port,
+              "--timeout", "3", "--json"]
+    h1 = agent(*common, "--host", "h1", "--iters", "100000")
+    h2 = agent(*common, "--host", "h2", "--iters", "100000")
+    try:
+        time.sleep(20)  # both are streaming by now (torch starts in a few seconds)
+        assert h1.poll() is None and h2.poll() is None
+        h2.kill()
+        h2.communicate(timeout=30)
+        again = agent(*common, "--host", "h2", "--iters", "1", "--rendezvous-timeout", "5")
+        out2, err2 = again.communicate(timeout=120)
+        assert again.returncode == 1, (out2, err2)
+        assert "a round of this job already started without this process" in out2 + err2
+        out1, err1 = h1.communicate(timeout=60)
+        assert h1.returncode == 1
+        assert "no result from the switch" in out1 + err1
+    finally:
+        for p in (h1, h2):
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
 
 
 @pytest.mark.parametrize("strategy", ["ring", "hier-ring", "ps"])

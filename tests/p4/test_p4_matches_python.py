@@ -40,7 +40,7 @@ def p4_const(name: str) -> int:
 
 def test_passing_header_fields_match():
     assert p4_header_fields("passing_t") == P.p4_header_fields()
-    assert sum(b for _, b in P.p4_header_fields()) == 8 * P.HEADER_BYTES == 128
+    assert sum(b for _, b in P.p4_header_fields()) == 8 * P.HEADER_BYTES == 192
 
 
 def test_values_width_and_k_match():
@@ -75,8 +75,8 @@ def test_flags_and_drop_reasons_match():
 def test_lengths_checked_by_p4_match_packer():
     assert P.PAYLOAD_BYTES == packet.PAYLOAD_DTYPE.itemsize
     cfg = p4_text("config.p4")
-    assert "PASSING_UDP_LEN = 8 + 16 + (PASSING_K * 4)" in cfg
-    assert "PASSING_IPV4_LEN = 20 + 8 + 16 + (PASSING_K * 4)" in cfg
+    assert f"PASSING_UDP_LEN = 8 + {P.HEADER_BYTES} + (PASSING_K * 4)" in cfg
+    assert f"PASSING_IPV4_LEN = 20 + 8 + {P.HEADER_BYTES} + (PASSING_K * 4)" in cfg
     assert f"PASSING_HDR_BYTES = {P.HEADER_BYTES}" in cfg
 
 
@@ -103,7 +103,8 @@ def test_doc_example_payload_decodes_as_described():
     wire = bytes.fromhex("".join(hexes.split()))
     rec = packet.unpack(wire)
     assert packet.header_dict(rec) == dict(job_id=7, slot=3, contributor=1, flags=1, version=0,
-                                           level=0, frag=10, num_contrib=2, exp=130, tag=0)
+                                           level=0, frag=10, num_contrib=2, exp=130, tag=0,
+                                           session=0x0123456789ABCDEF)
     assert rec["values"][:5].tolist() == [1, -1, 2**31 - 1, -(2**31), 0]
 
 

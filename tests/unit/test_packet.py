@@ -22,6 +22,7 @@ def header_strategy():
         "frag": st.integers(0, 0xFFFFFFFF),
         "num_contrib": st.integers(0, 0xFFFF),
         "exp": st.integers(0, 0xFF),
+        "session": st.integers(0, 2**64 - 1),
     })
 
 
@@ -59,10 +60,11 @@ def test_round_trip_batch(n, seed):
 def test_wire_layout_is_big_endian_and_packed():
     vals = [1, -1, 2**31 - 1, -(2**31)] + [0] * (P.K - 4)
     wire = packet.pack(vals, job_id=7, slot=3, contributor=1, flags=int(P.Flag.CONTRIB),
-                       version=0, level=0, frag=10, num_contrib=2, exp=130)
-    assert wire[:16].hex() == "00070003010100000000000a00028200"
-    assert wire[16:32].hex() == "00000001ffffffff7fffffff80000000"
-    assert wire[32:] == b"\x00" * (4 * (P.K - 4))
+                       version=0, level=0, frag=10, num_contrib=2, exp=130,
+                       session=0x0123456789ABCDEF)
+    assert wire[:24].hex() == "00070003010100000000000a00028200" "0123456789abcdef"
+    assert wire[24:40].hex() == "00000001ffffffff7fffffff80000000"
+    assert wire[40:] == b"\x00" * (4 * (P.K - 4))
 
 
 def test_large_values_wrap_like_int32():
