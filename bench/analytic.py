@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from passing import protocol as P
 
-PASSING_FRAME = 14 + 20 + 8 + P.PAYLOAD_BYTES
+PASSING_FRAME = P.FRAME_BYTES
 TCP_MSS, TCP_FRAME, ACK_FRAME = 1448, 1514, 66
 ACKS_PER_SEGMENT = 0.5
 

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--agent-port", type=int, default=0,
                    help="first UDP port the host agents receive results on (one per host, "
                         "one per GPU in ina mode); it must not overlap another job's. Default: "
-                        "the lowest free range from 40000")
+                        "the lowest free range from 61000")
     c.add_argument("--mode", choices=("passing", "ina"), default="passing",
                    help="passing (default): each server pre-aggregates its GPUs and is one "
                         "contributor; ina: switch-only baseline, every GPU is a contributor")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ GuardClaims = dict[tuple[str, int], list[tuple[int, int]]]
 
 
 def port_span(ports: range) -> str:
-    """`40000` or `40000-40003`, as operators read a port range."""
+    """`61000` or `61000-61003`, as operators read a port range."""
     return str(ports.start) if len(ports) == 1 else f"{ports.start}-{ports.stop - 1}"
 
 
@@ -216,7 +217,7 @@ class Controller:
 
     def create_job(self, spec: JobSpec) -> JobRecord:
         """Allocate and install a job. With spec.agent_port 0 the job gets the lowest free
-        range of agent ports from 40000; the stored spec holds the port it got."""
+        range of agent ports from 61000; the stored spec holds the port it got."""
         try:
             job_plan = plan(spec, self.topo)
         except JobError as e:
@@ -225,6 +226,8 @@ class Controller:
             raise ControllerError(f"job {spec.job_id} already exists")
         held = self._holdings(spec.job_id, job_plan.switches)
         spec = self._resolve_agent_port(spec, held)
+        if not spec.session_key:
+            spec = dataclasses.replace(spec, session_key=secrets.token_hex(16))
         job_plan = plan(spec, self.topo)
         allocs = self._allocators(job_plan.switches)
         size = self._pool_size(spec, allocs)
@@ -314,7 +317,7 @@ class Controller:
     def _resolve_agent_port(self, spec: JobSpec,
                             held: dict[str, installer.SwitchSnapshot]) -> JobSpec:
         """The spec with the agent ports it will have: the explicit ones if free, else the
-        lowest free range from 40000.
+        lowest free range from 61000.
 
         Ranges of live jobs must not overlap: each switch guards a port for one job only, and
         agents of two jobs on one host port would receive each other's results. Ports guarded on
@@ -425,7 +428,8 @@ class Controller:
         # streams: the contributions the switches sum (the agents' fixed-point headroom);
         # in `ina` every GPU rank streams, with id contributor + local rank.
         streams = total_gpus if spec.mode == "ina" else len(spec.hosts)
-        return {"job_id": job_id, "mode": spec.mode, "udp_port": P.PASSING_UDP_PORT,
+        return {"job_id": job_id, "mode": spec.mode, "session_key": spec.session_key,
+                "udp_port": P.PASSING_UDP_PORT,
                 "agent_port": spec.udp_port, "k": spec.k, "slots": size,
                 "scale_bits": spec.scale_bits, "hosts_total": len(spec.hosts),
                 "streams": streams, "contributors_total": total_gpus, "hosts": hosts}

@@ -18,7 +18,10 @@ from dataclasses import asdict, dataclass, field
 from controller.topology import Topology
 from passing import protocol as P
 
-DEFAULT_AGENT_PORT_BASE = 40000
+# Agent ports are allocated from here up: above Linux's default ephemeral range (32768-60999),
+# so that the switches' guard of these ports never drops an ordinary flow's reply.
+DEFAULT_AGENT_PORT_BASE = 61000
+LEGACY_AGENT_PORT_BASE = 40000  # what a stored agent_port 0 meant before ports were allocated
 MODES = ("passing", "ina")
 
 
@@ -39,6 +42,10 @@ class JobSpec:
     # before that) keeps meaning 40000 + job_id % 20000.
     agent_port: int = 0
     mode: str = "passing"  # or "ina": every GPU streams to the switch (see the module doc)
+    # The job's secret (hex), given to its agents only: they key their sessions with it, so
+    # that nobody who reads their rendezvous can compute a session (host_agent.session). The
+    # controller draws one when it creates the job; "" (older state files) means unkeyed.
+    session_key: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.job_id <= 0xFFFF:
@@ -57,10 +64,14 @@ class JobSpec:
             raise JobError(f"agent port {self.agent_port} outside 0..65535")
         if self.mode not in MODES:
             raise JobError(f"mode {self.mode!r}: choose {' or '.join(MODES)}")
+        try:
+            bytes.fromhex(self.session_key)
+        except ValueError:
+            raise JobError("session key must be hexadecimal") from None
 
     @property
     def udp_port(self) -> int:
-        return self.agent_port or DEFAULT_AGENT_PORT_BASE + self.job_id % 20000
+        return self.agent_port or LEGACY_AGENT_PORT_BASE + self.job_id % 20000
 
     def port_width(self, topo: Topology) -> int:
         """How many consecutive agent ports the job needs: the most ranks any of its hosts

@@ -148,7 +148,8 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
                 try:
                     session, store = agree_by_tcp(
                         params["hosts"][hosts[0]]["host_ip"], args["rendezvous_port"],
-                        host_index == 0, len(hosts), args["rendezvous_timeout"])
+                        params["job_id"], host_index, len(hosts), args["rendezvous_timeout"],
+                        bytes.fromhex(params.get("session_key", "")))
                 except RendezvousError as e:
                     failure = str(e)
             session = agree_in_group(None, session)  # 0: the leader's rendezvous failed

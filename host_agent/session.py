@@ -12,21 +12,20 @@ earlier run, provided that
 
 The hosts agree on the number through a rendezvous they already have: a process group that spans
 them (`agree_in_group`), or a key-value store (`agree_by_store`, what `passing-agent` uses with a
-TCPStore on the first host). The store rendezvous counts arrivals in rounds of `parties`: a
-process that arrives after its round was complete (one host's agent restarted alone while the
-others still run) waits for a new round that the others never join, and gets a clear error at
-the timeout instead of the running session's number.
+TCPStore on the first host). On the store, every host writes a fresh nonce per round and the
+session is a keyed hash of all of them; each host's n-th arrival joins round n, so a host whose
+agent restarted while the others still run waits for a round they never join and gets a clear
+error at the timeout, never the running session's number (see `agree_by_store`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
-_ARRIVALS = "passing/session/arrivals"
 
 
 class RendezvousError(RuntimeError):
@@ -56,31 +55,56 @@ def agree_in_group(group: dist.ProcessGroup | None = None, proposal: int | None 
     return int(t.item()) & ((1 << 64) - 1)
 
 
-def agree_by_store(store: dist.Store, parties: int, timeout: float) -> int:
-    """A session shared by the next `parties` processes that call this on `store`."""
-    if parties < 1:
-        raise ValueError("at least one party")
-    arrival = store.add(_ARRIVALS, 1)  # 1, 2, ...: this process's place in line
-    rnd = (arrival - 1) // parties
-    key = f"passing/session/{rnd}"
-    if arrival % parties == 0:  # the last of its round publishes the round's session
-        store.set(key, str(new_session()))
+def derive_session(key: bytes, job_id: int, rnd: int, nonces: list[str]) -> int:
+    """The session of one rendezvous round: a hash of every host's fresh nonce (so it is new
+    as long as any one host's nonce is), keyed with the job's secret (so that nobody without
+    the job's parameters can compute it, even after reading the nonces off the store)."""
+    h = hashlib.sha256(key + f"/passing/job{job_id}/round{rnd}/".encode())
+    for n in nonces:
+        h.update(bytes.fromhex(n))
+    return int.from_bytes(h.digest()[:8], "big") or 1
+
+
+def agree_by_store(store: dist.Store, job_id: int, host_index: int, parties: int,
+                   timeout: float, key: bytes = b"") -> int:
+    """The session of the `parties` hosts of job `job_id` that meet on `store`, each calling
+    this once per run with its own index.
+
+    Each host counts its own arrivals: its n-th arrival joins round n, which completes when
+    every host has written its nonce for that round. So a host whose agent restarts while the
+    others still run (its second arrival) waits for a round the others never join, however
+    often it restarts, and fails at the timeout. The session is derived from all the round's
+    nonces, each host checking that its own is among them as it wrote it: a party on the
+    network that writes keys of its own can make the rendezvous fail, never make the hosts
+    adopt a session it chose or one they used before."""
+    if not 0 <= host_index < parties:
+        raise ValueError(f"host index {host_index} outside 0..{parties - 1}")
+    prefix = f"passing/job{job_id}"
+    rnd = store.add(f"{prefix}/host{host_index}/arrivals", 1) - 1
+    mine = secrets.token_bytes(16).hex()
+    store.set(f"{prefix}/round{rnd}/host{host_index}", mine)
+    keys = [f"{prefix}/round{rnd}/host{i}" for i in range(parties)]
     try:
-        store.wait([key], timedelta(seconds=timeout))
+        store.wait(keys, timedelta(seconds=timeout))
     except (RuntimeError, dist.DistStoreError) as e:
-        late = " (a round of this job already started without this process: has one host's " \
-               "agent restarted while the others still run?)" if rnd > 0 else ""
+        late = (" (this host already took part in a round of this run: has its agent restarted "
+                "while the others still run?)") if rnd > 0 else ""
         raise RendezvousError(f"the other hosts did not join within {timeout:.0f}s{late}: "
                               f"{e}") from None
-    return int(store.get(key))
+    nonces = [store.get(k).decode() for k in keys]
+    if nonces[host_index] != mine or len(set(nonces)) != parties:
+        raise RendezvousError(f"job {job_id}: the session rendezvous was tampered with (round "
+                              f"{rnd}: this host's nonce was overwritten or repeated)")
+    return derive_session(key, job_id, rnd, nonces)
 
 
-def agree_by_tcp(host: str, port: int, is_server: bool, parties: int,
-                 timeout: float) -> tuple[int, dist.TCPStore]:
+def agree_by_tcp(host: str, port: int, job_id: int, host_index: int, parties: int,
+                 timeout: float, key: bytes = b"") -> tuple[int, dist.TCPStore]:
     """`agree_by_store` on a TCPStore served by one of the parties at host:port. Keep the store
     for as long as the session runs: on the serving party, dropping it stops the server while
     the others may still be reading the session (and later arrivals must find it to be told
     that their round never starts)."""
+    is_server = host_index == 0
     try:
         store = dist.TCPStore(host, port, is_master=is_server, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout))
@@ -88,4 +112,4 @@ def agree_by_tcp(host: str, port: int, is_server: bool, parties: int,
         role = "serve" if is_server else "reach"
         raise RendezvousError(f"cannot {role} the session rendezvous at {host}:{port}: "
                               f"{e}") from None
-    return agree_by_store(store, parties, timeout), store
+    return agree_by_store(store, job_id, host_index, parties, timeout, key), store

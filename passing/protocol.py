@@ -111,9 +111,14 @@ class GlobalDrop(enum.IntEnum):
     MALFORMED = 1  # truncated, wrong lengths or bad IPv4 checksum on the PASSING port
     FORGED = 2  # UDP from source port 48879 to another port: only switches send from it
     UNCHECKED_UDP = 3  # UDP whose ports the parser cannot see (IPv4 options)
+    TAGGED = 4  # a VLAN-tagged frame: the fabric is untagged, and a tag hides IPv4/UDP
 
 
-GLOBAL_DROP_SLOTS = 4
+# EtherTypes of VLAN tags (802.1Q, 802.1ad, and the older QinQ one): dropped as TAGGED.
+VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
+
+
+GLOBAL_DROP_SLOTS = 8
 
 # Per-job totals an operator reads, as sums of job_stats events.
 JOB_COUNTERS: dict[str, tuple[JobEvent, ...]] = {

@@ -134,8 +134,11 @@ class Pipeline:
 
     # -- ResultGuard -------------------------------------------------------------------------
     def _guard(self, frame: bytes) -> bool:
-        """True if the frame is dropped as a forged result or unchecked UDP (counted)."""
+        """True if the frame is dropped as a forged result, unchecked UDP or tagged (counted)."""
         st = self.state
+        if int.from_bytes(frame[12:14], "big") in P.VLAN_TPIDS:
+            st.count("global_drops", P.GlobalDrop.TAGGED, len(frame))
+            return True
         if len(frame) < 34 or frame[12:14] != ETH_IPV4 or frame[23] != 17 \
                 or frame[20] & 0x1F or frame[21]:
             return False  # not IPv4 UDP, or a later fragment (no UDP header in it)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import select
 import socket
+import struct
 import threading
 
 from switch_model.pipeline import Pipeline
@@ -13,9 +14,27 @@ from switch_model.pipeline import Pipeline
 log = logging.getLogger("switch_model.ports")
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
+PACKET_AUXDATA = 8
 PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
 BATCH = 64
+# struct tpacket_auxdata: the kernel strips a VLAN tag off the frame into here (BMv2's libpcap
+# puts it back; so must the model, or a tagged frame would look untagged to its pipeline).
+_AUXDATA = struct.Struct("=IIIHHHH")
+_AUX_SPACE = socket.CMSG_SPACE(_AUXDATA.size)
+TP_STATUS_VLAN_VALID = 0x10
+TP_STATUS_VLAN_TPID_VALID = 0x40
+
+
+def with_vlan_tag(frame: bytes, ancillary: list[tuple[int, int, bytes]]) -> bytes:
+    """The frame as it was on the wire: its VLAN tag, if the kernel stripped one, put back."""
+    for level, kind, data in ancillary:
+        if level == SOL_PACKET and kind == PACKET_AUXDATA and len(data) >= _AUXDATA.size:
+            status, _, _, _, _, tci, tpid = _AUXDATA.unpack_from(data)
+            if status & TP_STATUS_VLAN_VALID:
+                tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
+                return frame[:12] + struct.pack("!HH", tpid, tci) + frame[12:]
+    return frame
 
 
 class Ports:
@@ -32,6 +51,7 @@ class Ports:
                     s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
                 except OSError:
                     self.filter_outgoing = True
+                s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
                 s.bind((ifname, 0))
                 s.setblocking(False)
                 self.socks[port] = s
@@ -61,14 +81,13 @@ class Ports:
                     port, sock = by_fd[fd]
                     for _ in range(BATCH):
                         try:
-                            if self.filter_outgoing:
-                                frame, addr = sock.recvfrom(65535)
-                                if addr[2] == PACKET_OUTGOING:
-                                    continue
-                            else:
-                                frame = sock.recv(65535)
+                            frame, anc, _, addr = sock.recvmsg(65535, _AUX_SPACE)
                         except BlockingIOError:
                             break
+                        if self.filter_outgoing and addr[2] == PACKET_OUTGOING:
+                            continue
+                        if anc:
+                            frame = with_vlan_tag(frame, anc)
                         for egress, out in process(port, frame):
                             send(egress, out)
         finally:

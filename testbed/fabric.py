@@ -241,9 +241,9 @@ class Fabric:
             res = subprocess.run(["simple_switch_CLI", "--thrift-port", str(sw.thrift_port)],
                                  input=f"register_read {register}\n", text=True,
                                  capture_output=True, check=True)
-            line = next((x for x in res.stdout.splitlines() if x.startswith(f"{register}=")),
-                        "")
-            cells = line.partition("=")[2].replace(",", " ").split()
+            # The answer follows the CLI's prompt: "RuntimeCmd: NAME= v0, v1, ..."
+            line = next((x for x in res.stdout.splitlines() if f"{register}= " in x), "")
+            cells = line.partition(f"{register}= ")[2].replace(",", " ").split()
         else:
             with socket.create_connection(("127.0.0.1", sw.thrift_port), timeout=30) as s:
                 s.sendall(f"register_dump {register}\n".encode())

@@ -14,6 +14,7 @@ from mininet.net import Mininet
 from controller.core import Controller, Endpoint
 from controller.jobs import JobSpec
 from controller.topology import Topology
+from passing import protocol as P
 from passing.pipeline_files import REPO
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
@@ -56,6 +57,9 @@ class PassingNetwork:
         for h in self.topo.hosts.values():
             node = net.get(h.name)
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+            # An ordinary flow on the aggregation port would be dropped by the switches' guard
+            # (only switches send from 48879): keep it out of the ephemeral range.
+            node.cmd(f"sysctl -qw net.ipv4.ip_local_reserved_ports={P.PASSING_UDP_PORT}")
             # Checksums left to the NIC (veth) would leave the host unfinished: a software
             # switch forwards the frame as it is and the receiver drops ordinary TCP/UDP.
             node.cmd(f"ethtool -K {node.defaultIntf().name} tx off rx off")

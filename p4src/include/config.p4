@@ -12,7 +12,7 @@
 #define SLOT_CAPACITY 4096
 #define MAX_JOBS 256
 #define JOB_STATS_STRIDE 16
-#define GLOBAL_DROP_SLOTS 4
+#define GLOBAL_DROP_SLOTS 8
 
 const bit<16> PASSING_UDP_PORT = 48879;
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
@@ -55,6 +55,13 @@ const bit<8> GDROP_MALFORMED   = 1;
 const bit<8> GDROP_FORGED      = 2;
 /* UDP the parser cannot check (IPv4 options, or a cut UDP header): see guard.p4. */
 const bit<8> GDROP_UNCHECKED_UDP = 3;
+/* A VLAN-tagged frame: the fabric is untagged Ethernet, and a tag would hide the IPv4 and UDP
+ * headers from the parser, so a forged result could pass in one (see guard.p4). */
+const bit<8> GDROP_TAGGED      = 4;
+
+const bit<16> ETHERTYPE_VLAN   = 0x8100;
+const bit<16> ETHERTYPE_QINQ   = 0x88a8;
+const bit<16> ETHERTYPE_QINQ_OLD = 0x9100;
 
 const bit<9> DROP_PORT = 511;  /* v1model BMv2: egress_spec 511 drops */
 

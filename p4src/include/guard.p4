@@ -2,7 +2,8 @@
  * delivers it (peer_rewrite), so any other UDP packet that looks like one is forged: one sent
  * from the aggregation port (48879) to another port, or one addressed to a port the controller
  * reserved for a job's agents. Both are dropped and counted before L2 forwarding sees them, and
- * so is UDP whose ports the parser cannot see (IPv4 options). Later fragments carry no UDP
+ * so is UDP whose ports the parser cannot see (IPv4 options, a VLAN tag: the fabric carries
+ * untagged Ethernet only, so every tagged frame is dropped). Later fragments carry no UDP
  * header; without their first fragment, which these checks see, they reassemble into nothing. */
 #ifndef _PASSING_GUARD_P4_
 #define _PASSING_GUARD_P4_
@@ -26,7 +27,10 @@ control ResultGuard(inout headers_t hdr, inout metadata_t meta, inout standard_m
     apply {
         gdrop = DROP_NONE;
         guarded = 0;
-        if (hdr.udp.isValid()) {
+        if (hdr.ethernet.ether_type == ETHERTYPE_VLAN || hdr.ethernet.ether_type == ETHERTYPE_QINQ ||
+                hdr.ethernet.ether_type == ETHERTYPE_QINQ_OLD) {
+            gdrop = GDROP_TAGGED;
+        } else if (hdr.udp.isValid()) {
             if (hdr.udp.src_port == PASSING_UDP_PORT) {
                 gdrop = GDROP_FORGED;
             } else {

@@ -54,7 +54,7 @@ def finish_slot0(star, sw):
     ("no_kind_flag", "drops_bad_flags"),
     ("both_kind_flags", "drops_bad_flags"),
     ("unknown_flag_bit", "drops_bad_flags"),
-    ("result_from_host", "drops_not_member"),
+    ("result_from_host", "drops_forged_result"),
 ])
 def test_rejected_contribution_is_counted_and_changes_nothing(star, job, case, reason):
     sw = job

@@ -33,12 +33,16 @@ def test_known_unicast_goes_to_its_port_and_broadcast_floods(star):
 
 
 def test_other_udp_ports_are_ordinary_traffic(star):
+    """UDP to any port but 48879 is forwarded, unless it claims to come from a switch (source
+    port 48879) or goes to a port reserved for a job's agents (tests/conformance/
+    test_integrity.py)."""
     sw = star["s1"]
     ForwardingTables(sw.conn).sync({host_mac(DEV, 3): 3}, flood_ports=range(1, 6),
                                       flood_group=1)
-    frame = bytes(Ether(src=host_mac(DEV, 1), dst=host_mac(DEV, 3))
-                  / IP(src=host_ip(DEV, 1), dst=host_ip(DEV, 3))
-                  / UDP(sport=P.PASSING_UDP_PORT, dport=P.PASSING_UDP_PORT + 1) / (b"x" * 50))
-    sw.test_ports[1].send(frame)
-    got = sw.test_ports[3].recv(1, 2)
-    assert got and got[0] == frame
+    for dport in (P.PASSING_UDP_PORT + 1, 53, 61000):
+        frame = bytes(Ether(src=host_mac(DEV, 1), dst=host_mac(DEV, 3))
+                      / IP(src=host_ip(DEV, 1), dst=host_ip(DEV, 3))
+                      / UDP(sport=40000, dport=dport) / (b"x" * 50))
+        sw.test_ports[1].send(frame)
+        got = sw.test_ports[3].recv(1, 2)
+        assert got and got[0] == frame, dport

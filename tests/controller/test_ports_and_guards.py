@@ -63,21 +63,21 @@ def test_adjacent_ina_jobs_get_disjoint_agent_ports(make_controller, tmp_path):
     r2 = ctl.create_job(JobSpec(2, ("h3", "h4"), window=4, mode="ina"))
     # Every host has 2 GPUs, so each job needs 2 ports. The old rule (40000 + job id) gave
     # job 1 40001-40002 and job 2 40002-40003: both jobs' agents on port 40002.
-    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [40000, 40002]
-    assert ina_round(ctl, fabric, 1) == {(h, p) for h in ("h1", "h2") for p in (40000, 40001)}
-    assert ina_round(ctl, fabric, 2) == {(h, p) for h in ("h3", "h4") for p in (40002, 40003)}
+    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [61000, 61002]
+    assert ina_round(ctl, fabric, 1) == {(h, p) for h in ("h1", "h2") for p in (61000, 61001)}
+    assert ina_round(ctl, fabric, 2) == {(h, p) for h in ("h3", "h4") for p in (61002, 61003)}
     i1, i2 = r1.pools[0].stat_idx, r2.pools[0].stat_idx
-    assert guards(fabric, "s1") == {40000: i1, 40001: i1, 40002: i2, 40003: i2}
+    assert guards(fabric, "s1") == {61000: i1, 61001: i1, 61002: i2, 61003: i2}
     # A passing job needs one port: the next free one. A deleted job's range is free again.
     ctl.create_job(JobSpec(3, ("h1",), window=4))
-    assert ctl.agent_params(3)["agent_port"] == 40004
+    assert ctl.agent_params(3)["agent_port"] == 61004
     ctl.delete_job(1)
     ctl.create_job(JobSpec(4, ("h2",), window=4))
-    assert ctl.agent_params(4)["agent_port"] == 40000
+    assert ctl.agent_params(4)["agent_port"] == 61000
     # The port is part of the job's record: a restarted controller hands out the same one.
     ctl.close()
     ctl2, _ = make_controller("star", state=tmp_path / "state.sqlite", fabric=fabric)
-    assert [ctl2.agent_params(j)["agent_port"] for j in (2, 3, 4)] == [40002, 40004, 40000]
+    assert [ctl2.agent_params(j)["agent_port"] for j in (2, 3, 4)] == [61002, 61004, 61000]
     assert all(not r["repaired"] and not r["stray"] for r in ctl2.reconcile().values())
 
 
@@ -99,7 +99,7 @@ def test_explicit_agent_ports_must_not_overlap_another_job(make_controller):
         ctl.create_job(JobSpec(3, ("h3", "h4"), window=4, mode="ina", agent_port=48878))
     # Allocation fills around explicit ranges.
     ctl.create_job(JobSpec(3, ("h4",), window=4, mode="ina"))
-    assert ctl.agent_params(3)["agent_port"] == 40000
+    assert ctl.agent_params(3)["agent_port"] == 61000
 
 
 def test_every_switch_of_a_job_guards_its_agent_ports(make_controller):
@@ -138,27 +138,27 @@ def test_reconcile_repairs_guards_and_reports_unknown_ones(make_controller):
     conn = ctl.conn("s1")
     g = ResultGuardTables(conn)
     # Behind the controller's back: one guard deleted, one counting into another job's row.
-    conn.write([g.guard_delete(40001), g.guard_update(Update.MODIFY, 40000, idx + 3)])
+    conn.write([g.guard_delete(61001), g.guard_update(Update.MODIFY, 61000, idx + 3)])
     dry = ctl.reconcile(fix=False)["s1"]
     assert dry["repaired"] == [
-        f"job 1: result_guard[udp port 40000]: counts into stat_idx {idx + 3}, not {idx} "
+        f"job 1: result_guard[udp port 61000]: counts into stat_idx {idx + 3}, not {idx} "
         "(not fixed)",
-        "job 1: result_guard[udp port 40001]: missing (not fixed)"]
-    assert g.guards() == {40000: idx + 3}
+        "job 1: result_guard[udp port 61001]: missing (not fixed)"]
+    assert g.guards() == {61000: idx + 3}
     assert len(ctl.reconcile()["s1"]["repaired"]) == 2
-    assert g.guards() == {40000: idx, 40001: idx}
-    port_of(ctl, fabric, "h3").send(udp(ctl, "h3", "h1", 40001))
+    assert g.guards() == {61000: idx, 61001: idx}
+    port_of(ctl, fabric, "h3").send(udp(ctl, "h3", "h1", 61001))
     assert port_of(ctl, fabric, "h1").recv(1, 1) == []
     assert ctl.stats(1)["s1"]["drops_forged_result"] == 1
     # A guard no job accounts for is reported, never removed, and never handed out.
-    conn.write([g.guard_update(Update.INSERT, 40002, 5)])
+    conn.write([g.guard_update(Update.INSERT, 61002, 5)])
     again = ctl.reconcile()["s1"]
-    assert again["repaired"] == [] and again["stray"] == ["result_guard[udp port 40002]"]
-    assert g.guards()[40002] == 5
-    with pytest.raises(ControllerError, match="port 40002, which switch s1 guards for no known"):
-        ctl.create_job(JobSpec(2, ("h3",), window=4, agent_port=40002))
+    assert again["repaired"] == [] and again["stray"] == ["result_guard[udp port 61002]"]
+    assert g.guards()[61002] == 5
+    with pytest.raises(ControllerError, match="port 61002, which switch s1 guards for no known"):
+        ctl.create_job(JobSpec(2, ("h3",), window=4, agent_port=61002))
     ctl.create_job(JobSpec(2, ("h3",), window=4))
-    assert ctl.agent_params(2)["agent_port"] == 40003
+    assert ctl.agent_params(2)["agent_port"] == 61003
 
 
 def test_new_state_file_allocates_above_what_the_switch_still_holds(make_controller, tmp_path):
@@ -188,8 +188,8 @@ def test_new_state_file_allocates_above_what_the_switch_still_holds(make_control
 
 def test_records_from_older_state_files_keep_their_derived_ports(make_controller):
     ctl, fabric = make_controller("star")
-    # Written before ports were allocated: agent_port 0 means 40000 + job id, so these two
-    # ina jobs' ranges (40001-40002 and 40002-40003) overlap.
+    # Written before ports were allocated: agent_port 0 means 61000 + job id, so these two
+    # ina jobs' ranges (61001-61002 and 61002-61003) overlap.
     for jid, hosts in ((1, ("h1", "h2")), (2, ("h3", "h4"))):
         spec = JobSpec(jid, hosts, window=4, mode="ina").to_dict()
         assert spec["agent_port"] == 0
@@ -198,17 +198,17 @@ def test_records_from_older_state_files_keep_their_derived_ports(make_controller
             is_root=True, uplink_port=0),), time.time()))
     report = ctl.reconcile()["s1"]
     assert not report["errors"] and report["stray"] == []
-    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [40001, 40002]
+    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [61001, 61002]
     # The shared port is guarded for the lower job id, and a second pass agrees.
-    assert guards(fabric, "s1") == {40001: 1, 40002: 1, 40003: 2}
+    assert guards(fabric, "s1") == {61001: 1, 61002: 1, 61003: 2}
     again = ctl.reconcile()["s1"]
     assert again["repaired"] == [] and again["stray"] == []
-    assert ina_round(ctl, fabric, 1) == {(h, p) for h in ("h1", "h2") for p in (40001, 40002)}
+    assert ina_round(ctl, fabric, 1) == {(h, p) for h in ("h1", "h2") for p in (61001, 61002)}
     # New jobs avoid both ranges.
     i3 = ctl.create_job(JobSpec(3, ("h1",), window=4)).pools[0].stat_idx
     i4 = ctl.create_job(JobSpec(4, ("h3", "h4"), window=4, mode="ina")).pools[0].stat_idx
-    assert [ctl.agent_params(j)["agent_port"] for j in (3, 4)] == [40000, 40004]
+    assert [ctl.agent_params(j)["agent_port"] for j in (3, 4)] == [61000, 61004]
     # Job 1 goes: the port it shared passes to job 2 instead of going unguarded.
     ctl.delete_job(1)
-    assert guards(fabric, "s1") == {40000: i3, 40002: 2, 40003: 2, 40004: i4, 40005: i4}
+    assert guards(fabric, "s1") == {61000: i3, 61002: 2, 61003: 2, 61004: i4, 40005: i4}
     assert ctl.reconcile()["s1"]["repaired"] == []

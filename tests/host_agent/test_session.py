@@ -1,0 +1,91 @@
+"""The session rendezvous on a store (host_agent.session): every host of a run gets the same
+new session; a host whose agent restarts while the others run gets none; a party on the network
+writing into the store can make it fail, never make the hosts adopt a session it chose."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch.distributed as dist
+
+from host_agent.session import RendezvousError, agree_by_store, derive_session
+
+JOB, KEY = 7, bytes.fromhex("00112233445566778899aabbccddeeff")
+
+
+def meet(store, indices: list[int], parties: int, timeout: float = 5.0) -> list:
+    """agree_by_store for each host index at once; a session or the error, per index."""
+    out: list = [None] * len(indices)
+
+    def one(i: int) -> None:
+        try:
+            out[i] = agree_by_store(store, JOB, indices[i], parties, timeout, KEY)
+        except RendezvousError as e:
+            out[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(indices))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def test_every_host_gets_one_new_session_per_run():
+    first = meet(dist.HashStore(), [0, 1, 2], 3)
+    assert len(set(first)) == 1 and isinstance(first[0], int) and first[0] != 0
+    second = meet(dist.HashStore(), [0, 1, 2], 3)  # the next run: a new store, a new session
+    assert len(set(second)) == 1 and second[0] != first[0]
+
+
+def test_a_restarted_host_gets_no_session_however_often_it_restarts():
+    store = dist.HashStore()
+    assert len(set(meet(store, [0, 1], 2))) == 1
+    for _ in range(3):  # host 1's agent restarts again and again while host 0's runs on
+        (late,) = meet(store, [1], 2, timeout=0.5)
+        assert isinstance(late, RendezvousError)
+        assert "already took part in a round of this run" in str(late)
+
+
+def test_other_jobs_on_the_same_store_do_not_mix():
+    store = dist.HashStore()
+    ours = meet(store, [0, 1], 2)
+    theirs = [agree_by_store(store, JOB + 1000, 0, 1, 5.0, KEY)]
+    assert len(set(ours)) == 1 and theirs[0] not in ours
+
+
+def test_a_writer_on_the_store_cannot_choose_or_replay_the_session():
+    store = dist.HashStore()
+    old = meet(store, [0, 1], 2)[0]
+    # An attacker who read round 0 replays its nonces into round 1 before the hosts arrive
+    # there (after a restart of every agent on the same store, say), and adds host 1's.
+    nonces = [store.get(f"passing/job{JOB}/round0/host{i}").decode() for i in range(2)]
+    store.set(f"passing/job{JOB}/round1/host1", nonces[1])
+    (host0,) = meet(store, [0], 2, timeout=1.0)
+    # Host 0 wrote a fresh nonce of its own: the session differs from every earlier one.
+    assert host0 != old and host0 == derive_session(KEY, JOB, 1, [
+        store.get(f"passing/job{JOB}/round1/host0").decode(), nonces[1]])
+    # And a host whose own nonce is overwritten refuses the round.
+    store2 = dist.HashStore()
+
+    def overwrite_then_complete() -> None:
+        store2.wait([f"passing/job{JOB}/round0/host0"])
+        store2.set(f"passing/job{JOB}/round0/host0", "cd" * 16)
+        store2.set(f"passing/job{JOB}/round0/host1", "ab" * 16)
+
+    t = threading.Thread(target=overwrite_then_complete)
+    t.start()
+    (victim,) = meet(store2, [0], 2, timeout=5.0)
+    t.join(5)
+    assert isinstance(victim, RendezvousError) and "tampered" in str(victim)
+
+
+def test_without_the_key_the_session_cannot_be_computed_from_the_nonces():
+    nonces = ["01" * 16, "02" * 16]
+    assert derive_session(KEY, JOB, 0, nonces) != derive_session(b"", JOB, 0, nonces)
+
+
+def test_host_index_is_checked():
+    with pytest.raises(ValueError, match="host index 2 outside 0..1"):
+        agree_by_store(dist.HashStore(), JOB, 2, 2, 1.0)
