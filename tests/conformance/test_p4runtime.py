@@ -7,6 +7,7 @@ import pytest
 
 from controller.switch import SwitchConnection, SwitchError, Update
 from controller.tables.admission import AdmissionTables, JobConfig
+from passing import protocol as P
 from passing.pipeline_files import pipeline_files
 
 JOB = JobConfig(job_id=5, pool_base=0, pool_size=4, fan_in=2, mcast_grp=9, gen=1, is_root=1,
@@ -50,7 +51,7 @@ def test_counters_start_at_zero_and_have_the_declared_size(star):
     conn = star["s1"].conn
     cells = conn.read_counter("job_stats")
     assert len(cells) == 256 * 16 and all(v == (0, 0) for v in cells.values())
-    assert len(conn.read_counter("global_drops")) == 4
+    assert len(conn.read_counter("global_drops")) == P.GLOBAL_DROP_SLOTS == 8
 
 
 def test_second_controller_with_lower_election_id_cannot_write(star):
