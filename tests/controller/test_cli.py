@@ -162,7 +162,7 @@ def test_stats_accounts_for_every_dropped_forged_packet(fabric_of, tmp_path, cap
     s1 = json.loads(out)["7"]["s1"]
     assert s1["drops_forged_result"] == 1
     assert s1["switch_drops"] == {"unknown_job": 0, "malformed": 0, "forged": 1,
-                                  "unchecked_udp": 1, "no_peer": 0}
+                                  "unchecked_udp": 1, "tagged": 0, "no_peer": 0}
     code, out, _ = ctl(capsys, cfg, "stats")
     assert code == 0
     jobs, drops, switch = out.split("\n\n")
@@ -172,4 +172,4 @@ def test_stats_accounts_for_every_dropped_forged_packet(fabric_of, tmp_path, cap
     head, row = (line.split() for line in switch.splitlines()[1:])
     assert dict(zip(head, row, strict=True)) == {
         "SWITCH": "s1", "UNKNOWN_JOB": "0", "MALFORMED": "0", "FORGED": "1",
-        "UNCHECKED_UDP": "1", "NO_PEER": "0"}
+        "UNCHECKED_UDP": "1", "TAGGED": "0", "NO_PEER": "0"}

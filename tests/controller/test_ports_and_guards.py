@@ -188,8 +188,8 @@ def test_new_state_file_allocates_above_what_the_switch_still_holds(make_control
 
 def test_records_from_older_state_files_keep_their_derived_ports(make_controller):
     ctl, fabric = make_controller("star")
-    # Written before ports were allocated: agent_port 0 means 61000 + job id, so these two
-    # ina jobs' ranges (61001-61002 and 61002-61003) overlap.
+    # Written before ports were allocated: agent_port 0 means 40000 + job id, so these two
+    # ina jobs' ranges (40001-40002 and 40002-40003) overlap.
     for jid, hosts in ((1, ("h1", "h2")), (2, ("h3", "h4"))):
         spec = JobSpec(jid, hosts, window=4, mode="ina").to_dict()
         assert spec["agent_port"] == 0
@@ -198,17 +198,17 @@ def test_records_from_older_state_files_keep_their_derived_ports(make_controller
             is_root=True, uplink_port=0),), time.time()))
     report = ctl.reconcile()["s1"]
     assert not report["errors"] and report["stray"] == []
-    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [61001, 61002]
+    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [40001, 40002]
     # The shared port is guarded for the lower job id, and a second pass agrees.
-    assert guards(fabric, "s1") == {61001: 1, 61002: 1, 61003: 2}
+    assert guards(fabric, "s1") == {40001: 1, 40002: 1, 40003: 2}
     again = ctl.reconcile()["s1"]
     assert again["repaired"] == [] and again["stray"] == []
-    assert ina_round(ctl, fabric, 1) == {(h, p) for h in ("h1", "h2") for p in (61001, 61002)}
+    assert ina_round(ctl, fabric, 1) == {(h, p) for h in ("h1", "h2") for p in (40001, 40002)}
     # New jobs avoid both ranges.
     i3 = ctl.create_job(JobSpec(3, ("h1",), window=4)).pools[0].stat_idx
     i4 = ctl.create_job(JobSpec(4, ("h3", "h4"), window=4, mode="ina")).pools[0].stat_idx
-    assert [ctl.agent_params(j)["agent_port"] for j in (3, 4)] == [61000, 61004]
+    assert [ctl.agent_params(j)["agent_port"] for j in (3, 4)] == [61000, 61001]
     # Job 1 goes: the port it shared passes to job 2 instead of going unguarded.
     ctl.delete_job(1)
-    assert guards(fabric, "s1") == {61000: i3, 61002: 2, 61003: 2, 61004: i4, 40005: i4}
+    assert guards(fabric, "s1") == {61000: i3, 40002: 2, 40003: 2, 61001: i4, 61002: i4}
     assert ctl.reconcile()["s1"]["repaired"] == []
