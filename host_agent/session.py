@@ -49,7 +49,10 @@ def agree_in_group(group: dist.ProcessGroup | None = None, proposal: int | None 
     A collective: every rank of the group must call it."""
     value = proposal if proposal is not None else new_session()
     # int64 travels through every backend; the session is an unsigned 64-bit number.
-    t = torch.tensor([_to_signed(value)], dtype=torch.int64)
+    # NCCL moves CUDA tensors only (a local group of GPUs); gloo CPU ones.
+    nccl = dist.get_backend(group) == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    t = torch.tensor([_to_signed(value)], dtype=torch.int64, device=device)
     dist.broadcast(t, src=dist.get_global_rank(group, 0) if group is not None else 0,
                    group=group)
     return int(t.item()) & ((1 << 64) - 1)
