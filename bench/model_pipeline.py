@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from passing import protocol as P
-from testbed.jobs import contribution
+from testbed.entries import contribution
 from testbed.loopback import LoopbackSwitch
 
 FAN_IN, POOL, DEV = 4, 256, 0

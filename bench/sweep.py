@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import analytic, report
+from bench.agent import STRATEGIES
 from bench.analytic import Fabric, Rates
-from controller.tables.stats import StatsCounters
+from controller.counters import StatsCounters
 from controller.topology import load
-from host_agent import STRATEGIES
 from passing.pipeline_files import REPO
 from topologies.network import INA_JOB_OFFSET, PassingNetwork
 

@@ -26,11 +26,11 @@ import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from controller.counters import StatsCounters
 from controller.tables.forwarding import ForwardingTables
-from controller.tables.stats import StatsCounters
 from passing import protocol as P
+from testbed.entries import contribution, host_ip, host_mac, install_job
 from testbed.fabric import Fabric
-from testbed.jobs import contribution, host_ip, host_mac, install_job
 
 DEV = 0
 POOL = 64

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from controller.core import Controller, ControllerError, Endpoint, SwitchFailure, port_span
-from controller.jobs import JobError, JobSpec
+from controller.job_plan import JobError, JobSpec
 from controller.store import StoreError
 from controller.switch import SwitchError
 from controller.topology import TopologyError, load, read_json

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from controller import installer
 from controller.allocator import AllocationError, SlotAllocator, SlotRange
-from controller.jobs import DEFAULT_AGENT_PORT_BASE, JobError, JobPlan, JobSpec, plan
+from controller.counters import StatsCounters
+from controller.job_plan import DEFAULT_AGENT_PORT_BASE, JobError, JobPlan, JobSpec, plan
 from controller.store import JobRecord, JobStore, PoolRecord, StoreError
 from controller.switch import SwitchConnection, SwitchError, Update
 from controller.tables.forwarding import ForwardingTables
-from controller.tables.stats import StatsCounters
 from controller.topology import Topology
 from passing import protocol as P
 from passing.p4info import P4InfoIndex, pipeline_signature

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
-from controller.jobs import SwitchRole
+from controller.job_plan import SwitchRole
 from controller.switch import SwitchConnection, SwitchError, Update, WriteError
-from controller.tables.admission import AdmissionTables, JobConfig
 from controller.tables.guard import ResultGuardTables
-from controller.tables.peers import Peer, PeerTables
+from controller.tables.job_admission import JobAdmissionTables, JobConfig
+from controller.tables.peers import Peer, PeerRewriteTables
 from controller.topology import Switch
 from passing.p4info import encode_value
 
@@ -60,7 +60,7 @@ def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,
 
 
 def _updates(conn: SwitchConnection, d: Desired, kind: int) -> list[Update]:
-    adm, peers, guard = AdmissionTables(conn), PeerTables(conn), ResultGuardTables(conn)
+    adm, peers, guard = JobAdmissionTables(conn), PeerRewriteTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     if kind == Update.DELETE:
         ups = [adm.job_delete(jid)]
@@ -128,8 +128,8 @@ class SwitchSnapshot:
 
     @classmethod
     def read(cls, conn: SwitchConnection) -> SwitchSnapshot:
-        return cls(AdmissionTables(conn).jobs(), AdmissionTables(conn).members(),
-                   PeerTables(conn).peers(), conn.read_multicast_groups(),
+        return cls(JobAdmissionTables(conn).jobs(), JobAdmissionTables(conn).members(),
+                   PeerRewriteTables(conn).peers(), conn.read_multicast_groups(),
                    ResultGuardTables(conn).guards())
 
 
@@ -186,7 +186,7 @@ def repair(conn: SwitchConnection, snap: SwitchSnapshot, d: Desired) -> None:
     wrong. Entries of this job that `d` does not have are removed, except guard entries: those
     are keyed by port alone, so which job one belongs to is a guess, and one no job wants is
     reported by `strays` like any other unknown entry."""
-    adm, peers, guard = AdmissionTables(conn), PeerTables(conn), ResultGuardTables(conn)
+    adm, peers, guard = JobAdmissionTables(conn), PeerRewriteTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     ups = []
     if jid not in snap.jobs:

@@ -8,7 +8,7 @@
 #include "include/parser.p4"
 #include "include/checksums.p4"
 #include "include/forwarding.p4"
-#include "include/jobs.p4"
+#include "include/job_admission.p4"
 #include "include/guard.p4"
 #include "include/aggregation.p4"
 #include "include/peers.p4"

@@ -1,1 +1,1 @@
-"""PASSING: shared definitions (wire protocol, packet packing, scapy layer)."""
+"""PASSING: shared definitions (wire protocol, packet packing, lane arithmetic, P4Info)."""

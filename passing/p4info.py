@@ -14,6 +14,15 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 
+def load_p4info(path: str | Path | None = None) -> p4info_pb2.P4Info:
+    """The P4Info text file at `path`, or the committed one (passing.pipeline_files)."""
+    from passing.pipeline_files import COMMITTED_P4INFO
+
+    info = p4info_pb2.P4Info()
+    text_format.Merge(Path(path or COMMITTED_P4INFO).read_text(), info)
+    return info
+
+
 class P4InfoError(KeyError):
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])

@@ -1,7 +1,7 @@
 """The one definition of the PASSING wire format and of the switch's numeric constants.
 
 Everything else derives from this file: the numpy packer (`passing.packet`), the scapy layer
-(`passing.scapy_layer`), and a test that parses `p4src/include/*.p4` and fails if the P4 program
+(`testbed.scapy_layer`), and a test that parses `p4src/include/*.p4` and fails if the P4 program
 disagrees with anything here. `docs/protocol.md` documents the same fields in prose.
 """
 

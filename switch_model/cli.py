@@ -11,29 +11,12 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 
-from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
-
-from passing.p4info import P4InfoIndex
-from passing.pipeline_files import COMMITTED_P4INFO
+from passing.p4info import load_p4info
 from switch_model.inspect_server import serve_inspection
 from switch_model.p4runtime_server import P4RuntimeService, serve
 from switch_model.pipeline import Pipeline
 from switch_model.ports import Ports
-from switch_model.state import SwitchState
-
-
-def load_p4info(path: str | Path | None) -> p4info_pb2.P4Info:
-    text = Path(path or COMMITTED_P4INFO).read_text()
-    info = p4info_pb2.P4Info()
-    text_format.Merge(text, info)
-    return info
-
-
-def build_pipeline(info: p4info_pb2.P4Info) -> Pipeline:
-    return Pipeline(SwitchState(P4InfoIndex(info)))
 
 
 def _interface(spec: str) -> tuple[int, str]:
@@ -80,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     info = load_p4info(args.p4info)
-    pipeline = build_pipeline(info)
+    pipeline = Pipeline.from_p4info(info)
     service = P4RuntimeService(pipeline, args.device_id, info, preloaded=not args.no_p4)
     try:
         ports = Ports(dict(args.interface))

@@ -10,8 +10,11 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from p4.config.v1 import p4info_pb2
+
 from passing import lanes
 from passing import protocol as P
+from passing.p4info import P4InfoIndex
 from passing.protocol import JobEvent as E
 from switch_model.state import Action, SwitchState
 
@@ -109,6 +112,10 @@ class Pipeline:
         self.slots = SlotStore()
         for table, action in INITIAL_DEFAULTS.items():
             state.tables[table].default = action
+
+    @classmethod
+    def from_p4info(cls, info: p4info_pb2.P4Info) -> Pipeline:
+        return cls(SwitchState(P4InfoIndex(info)))
 
     def reset(self) -> None:
         self.state.reset()

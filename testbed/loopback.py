@@ -13,13 +13,12 @@ import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.tables.admission import JobConfig
+from controller.tables.job_admission import JobConfig
 from passing import protocol as P
-from passing.p4info import encode_value
-from switch_model.cli import build_pipeline, load_p4info
-from switch_model.pipeline import PASSING_OFF
+from passing.p4info import encode_value, load_p4info
+from switch_model.pipeline import PASSING_OFF, Pipeline
 from switch_model.state import Action
-from testbed.jobs import agent_port, host_ip, host_mac, switch_ip, switch_mac
+from testbed.entries import agent_port, host_ip, host_mac, switch_ip, switch_mac
 
 DEV = 0
 
@@ -35,7 +34,7 @@ class LoopbackSwitch:
 
     def __init__(self, hosts: int, job_id: int = 1, slots: int = 16, loss: float = 0.0,
                  seed: int = 0, ranks: int = 1, agent_udp_port: int | None = None):
-        self.pipe = build_pipeline(load_p4info(None))
+        self.pipe = Pipeline.from_p4info(load_p4info())
         self.job_id, self.slots, self.loss = job_id, slots, loss
         self.rng = random.Random(seed)
         self.lock = threading.Lock()

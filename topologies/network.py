@@ -12,7 +12,7 @@ from mininet.link import TCLink
 from mininet.net import Mininet
 
 from controller.core import Controller, Endpoint
-from controller.jobs import JobSpec
+from controller.job_plan import JobSpec
 from controller.topology import Topology
 from passing import protocol as P
 from passing.pipeline_files import REPO
@@ -145,7 +145,7 @@ class PassingNetwork:
             doc = json.loads(params.read_text())
         hosts = doc["hosts"]
         procs = {h: self.net.get(h).popen(
-                    [sys.executable, "-m", "host_agent.cli", "--params", str(params),
+                    [sys.executable, "-m", "bench.agent.cli", "--params", str(params),
                      "--host", h, "--size", size, "--iters", str(iters), "--json",
                      "--timeout", str(timeout), "--strategy", strategy,
                      "--ifname", self.net.get(h).defaultIntf().name,

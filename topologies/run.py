@@ -20,9 +20,9 @@ from pathlib import Path
 from mininet.cli import CLI
 from mininet.log import setLogLevel
 
+from bench.agent import STRATEGIES
 from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
-from host_agent import STRATEGIES
 from topologies.network import PassingNetwork
 
 

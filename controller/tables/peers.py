@@ -20,7 +20,7 @@ class Peer:
     contributor: int
 
 
-class PeerTables:
+class PeerRewriteTables:
     def __init__(self, sw: SwitchConnection):
         self.sw = sw
 

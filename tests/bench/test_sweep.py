@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from host_agent import STRATEGIES
+from bench.agent import STRATEGIES
 from passing.pipeline_files import REPO
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")

@@ -8,9 +8,9 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.tables.stats import StatsCounters
+from controller.counters import StatsCounters
 from passing import protocol as P
-from testbed.jobs import contribution, decode, install_job, switch_ip, switch_mac
+from testbed.entries import contribution, decode, install_job, switch_ip, switch_mac
 
 DEV = 0
 

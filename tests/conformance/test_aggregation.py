@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scapy.layers.inet import IP, UDP
 
+from controller.counters import StatsCounters
 from controller.switch import Update
-from controller.tables.admission import AdmissionTables
-from controller.tables.stats import StatsCounters
+from controller.tables.job_admission import JobAdmissionTables
 from passing import protocol as P
-from testbed.jobs import (
+from testbed.entries import (
     agent_port,
     contribution,
     decode,
@@ -177,7 +177,7 @@ def test_new_job_generation_starts_with_empty_pool(star):
     install_job(sw.conn, DEV, job_id=20, members={1: 0, 2: 1}, gen=1)
     sw.test_ports[1].send(contribution(DEV, 1, np.full(P.K, 99), job_id=20, slot=1))
     assert_silent(star, [1, 2], wait=0.3)
-    adm = AdmissionTables(sw.conn)
+    adm = JobAdmissionTables(sw.conn)
     sw.conn.write([adm.job_delete(20), sw.conn.multicast_update(Update.DELETE, 120)])
     # (The agent ports job 20 reserved stay guarded for it: job 21's agents use the same.)
     install_job(sw.conn, DEV, job_id=21, members={3: 0, 2: 1}, gen=2, mcast_grp=121,

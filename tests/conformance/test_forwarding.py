@@ -7,7 +7,7 @@ from scapy.layers.l2 import ARP, Ether
 
 from controller.tables.forwarding import ForwardingTables
 from passing import protocol as P
-from testbed.jobs import host_ip, host_mac
+from testbed.entries import host_ip, host_mac
 
 DEV = 0
 

@@ -12,14 +12,13 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 
+from controller.counters import StatsCounters
 from controller.tables.forwarding import ForwardingTables
-from controller.tables.stats import StatsCounters
 from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig
 from passing import packet
 from passing import protocol as P
-from testbed.fabric import Fabric
-from testbed.jobs import (
+from testbed.entries import (
     PortTransport,
     agent_port,
     contribution,
@@ -28,6 +27,7 @@ from testbed.jobs import (
     install_job,
     switch_ip,
 )
+from testbed.fabric import Fabric
 from tests.conformance.test_sessions import assert_exact, int_tensors, run, streamers
 
 DEV, JOB, OTHER_JOB = 0, 3, 9

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from controller.switch import SwitchConnection, SwitchError, Update
-from controller.tables.admission import AdmissionTables, JobConfig
+from controller.tables.job_admission import JobAdmissionTables, JobConfig
 from passing import protocol as P
 from passing.pipeline_files import pipeline_files
 
@@ -22,7 +22,7 @@ def test_register_access_is_unimplemented(star):
 
 def test_duplicate_insert_and_missing_delete_are_reported_per_update(star):
     conn = star["s1"].conn
-    adm = AdmissionTables(conn)
+    adm = JobAdmissionTables(conn)
     conn.write([adm.job_update(Update.INSERT, JOB)])
     with pytest.raises(SwitchError, match=r"update 0 \(table_entry\): ALREADY_EXISTS"):
         conn.write([adm.job_update(Update.INSERT, JOB)])
@@ -33,7 +33,7 @@ def test_duplicate_insert_and_missing_delete_are_reported_per_update(star):
 
 def test_table_and_group_round_trip(star):
     conn = star["s1"].conn
-    adm = AdmissionTables(conn)
+    adm = JobAdmissionTables(conn)
     conn.write([adm.job_update(Update.INSERT, JOB),
                 adm.member_update(Update.INSERT, 5, 2, 1),
                 conn.multicast_update(Update.INSERT, 9, [(1, 0), (2, 1)])])
@@ -62,7 +62,7 @@ def test_second_controller_with_lower_election_id_cannot_write(star):
 
 def test_pushing_the_pipeline_again_clears_the_tables(star):
     conn = star["s1"].conn
-    adm = AdmissionTables(conn)
+    adm = JobAdmissionTables(conn)
     conn.write([adm.job_update(Update.INSERT, JOB)])
     conn.set_pipeline(*pipeline_files())
     assert adm.jobs() == {}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from scapy.layers.inet import UDP
 
-from controller.tables.stats import StatsCounters
+from controller.counters import StatsCounters
 from passing import protocol as P
-from testbed.jobs import agent_port, contribution, decode, install_job
+from testbed.entries import agent_port, contribution, decode, install_job
 
 DEV = 0
 # Port 1: a server with 2 GPU ranks (ids 0, 1); port 2: a server with 3 (ids 2, 3, 4).

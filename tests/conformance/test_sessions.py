@@ -14,7 +14,7 @@ import pytest
 from host_agent.session import new_session
 from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout
 from passing import protocol as P
-from testbed.jobs import PortTransport, install_job
+from testbed.entries import PortTransport, install_job
 
 DEV, JOB = 0, 3
 DEADLINE = 3.0  # the agents' deadline: seconds without progress before SwitchTimeout

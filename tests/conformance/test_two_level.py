@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from controller.tables.stats import StatsCounters
+from controller.counters import StatsCounters
 from passing import protocol as P
-from testbed.jobs import Uplink, contribution, decode, install_job
+from testbed.entries import Uplink, contribution, decode, install_job
 
 TOR1, TOR2, SPINE = 0, 1, 2
 JOB = 30

@@ -9,15 +9,15 @@ from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.core import Controller, ControllerError, Endpoint
-from controller.jobs import JobSpec
+from controller.job_plan import JobSpec
 from controller.switch import Update
-from controller.tables.admission import AdmissionTables, JobConfig
 from controller.tables.guard import ResultGuardTables
+from controller.tables.job_admission import JobAdmissionTables, JobConfig
 from controller.topology import load
 from passing import packet
 from passing import protocol as P
 from passing.pipeline_files import REPO
-from passing.scapy_layer import Passing  # noqa: F401  (decodes results)
+from testbed.scapy_layer import Passing  # noqa: F401  (decodes results)
 
 
 def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0) -> bytes:
@@ -99,7 +99,7 @@ def test_many_jobs_never_overlap_and_deleting_frees(make_controller):
             del live[victim]
         hosts = tuple(sorted(rng.choice(["h1", "h2", "h3", "h4"], size=2, replace=False)))
         live[jid] = ctl.create_job(JobSpec(jid, hosts, window=int(rng.integers(1, 513))))
-        on_switch = AdmissionTables(fabric["s1"].conn).jobs()
+        on_switch = JobAdmissionTables(fabric["s1"].conn).jobs()
         assert set(on_switch) == set(live)
         spans = sorted((c.pool_base, c.pool_base + c.pool_size) for c in on_switch.values())
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
@@ -125,16 +125,16 @@ def test_failed_install_rolls_back_every_switch(make_controller):
     # switch the controller writes): installing there fails after both ToRs were written.
     foreign = JobConfig(6, 3000, 4, 1, 77, 999, 1, 0, 100)
     spine = ctl.conn("spine")
-    spine.write([AdmissionTables(spine).job_update(Update.INSERT, foreign)])
+    spine.write([JobAdmissionTables(spine).job_update(Update.INSERT, foreign)])
     with pytest.raises(ControllerError, match="not created, nothing left installed"):
         ctl.create_job(JobSpec(6, ("h1", "h3"), window=4))
     assert ctl.store.get_job(6) is None
     for name in ("tor1", "tor2"):
-        assert AdmissionTables(fabric[name].conn).jobs() == {}, name
+        assert JobAdmissionTables(fabric[name].conn).jobs() == {}, name
         assert ResultGuardTables(fabric[name].conn).guards() == {}, name
     # The rollback took back what it wrote and nothing else: the entry it collided with stays.
-    assert AdmissionTables(fabric["spine"].conn).jobs() == {6: foreign}
-    assert AdmissionTables(fabric["spine"].conn).members() == {}
+    assert JobAdmissionTables(fabric["spine"].conn).jobs() == {6: foreign}
+    assert JobAdmissionTables(fabric["spine"].conn).members() == {}
     assert ResultGuardTables(fabric["spine"].conn).guards() == {}
     assert all(ctl.slots()[s].used() == 0 for s in ("tor1", "tor2", "spine"))
 
@@ -149,14 +149,14 @@ def test_restart_loses_nothing_and_reconcile_reinstalls(make_controller, tmp_pat
     assert [j.job_id for j in ctl2.store.jobs()] == [7, 8]
     dry = ctl2.reconcile(fix=False)
     assert any("missing" in x for x in dry["spine"]["repaired"])
-    assert AdmissionTables(fabric["spine"].conn).jobs() == {}
+    assert JobAdmissionTables(fabric["spine"].conn).jobs() == {}
     report = ctl2.reconcile()
     assert any("job 7" in x for x in report["tor1"]["repaired"])
     assert all(not r["errors"] for r in report.values())
     allreduce(ctl2, fabric, 7, ["h1", "h2", "h3", "h4"])
     allreduce(ctl2, fabric, 8, ["h1", "h2"], slot=1)
     # A second reconcile finds everything in place; a foreign entry is reported, not removed.
-    adm = AdmissionTables(fabric["tor2"].conn)
+    adm = JobAdmissionTables(fabric["tor2"].conn)
     ctl2.conn("tor2").write([adm.job_update(Update.INSERT, JobConfig(
         99, 1000, 4, 1, 77, 999, 1, 0, 100))])
     again = ctl2.reconcile()
@@ -202,6 +202,6 @@ def test_controller_killed_mid_create_is_completed_by_reconcile(make_controller,
     assert [j.job_id for j in ctl2.store.jobs()] == [9]
     report = ctl2.reconcile()
     assert report["tor1"]["repaired"] == [] and report["spine"]["repaired"]
-    assert all(AdmissionTables(fabric[s].conn).jobs().keys() == {9}
+    assert all(JobAdmissionTables(fabric[s].conn).jobs().keys() == {9}
                for s in ("tor1", "tor2", "spine"))
     allreduce(ctl2, fabric, 9, ["h1", "h2", "h3", "h4"])

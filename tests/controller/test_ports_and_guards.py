@@ -12,11 +12,11 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.core import Controller, ControllerError
-from controller.jobs import JobSpec
+from controller.job_plan import JobSpec
 from controller.store import JobRecord, PoolRecord
 from controller.switch import Update
-from controller.tables.admission import AdmissionTables
 from controller.tables.guard import ResultGuardTables
+from controller.tables.job_admission import JobAdmissionTables
 from passing import packet
 from passing import protocol as P
 from tests.controller.test_controller_fabric import allreduce, contribution, port_of
@@ -88,7 +88,7 @@ def test_explicit_agent_ports_must_not_overlap_another_job(make_controller):
                                               r"agent ports 41000-41001; pass another"):
         ctl.create_job(JobSpec(2, ("h3", "h4"), window=4, mode="ina", agent_port=41001))
     assert ctl.store.get_job(2) is None
-    assert set(AdmissionTables(fabric["s1"].conn).jobs()) == {1}
+    assert set(JobAdmissionTables(fabric["s1"].conn).jobs()) == {1}
     assert set(guards(fabric, "s1")) == {41000, 41001}
     # Right below job 1's range is free for a one-port (passing) job.
     ctl.create_job(JobSpec(2, ("h3",), window=4, agent_port=40999))
@@ -167,7 +167,7 @@ def test_new_state_file_allocates_above_what_the_switch_still_holds(make_control
     ctl.create_job(JobSpec(2, ("h3", "h4"), window=4))
     # Job 1 leaves half a round in slot 0: h1 contributed, h2 did not.
     port_of(ctl, fabric, "h1").send(contribution(ctl, 1, "h1", np.full(P.K, 1000)))
-    old = AdmissionTables(fabric["s1"].conn).jobs()
+    old = JobAdmissionTables(fabric["s1"].conn).jobs()
     old_guards = guards(fabric, "s1")
     ctl.close()
     # The state file is lost; the switch still holds both jobs and that slot state.

@@ -37,7 +37,7 @@ def params_file(tmp_path):
 
 
 def agent(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "host_agent.cli", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "bench.agent.cli", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -8,7 +8,7 @@ from scapy.layers.l2 import Ether
 
 from passing import packet
 from passing import protocol as P
-from passing.scapy_layer import Passing
+from testbed.scapy_layer import Passing
 
 
 @settings(max_examples=100, deadline=None)

@@ -13,12 +13,12 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.switch import SwitchConnection, Update
-from controller.tables.admission import AdmissionTables, JobConfig
 from controller.tables.guard import ResultGuardTables
-from controller.tables.peers import Peer, PeerTables
+from controller.tables.job_admission import JobAdmissionTables, JobConfig
+from controller.tables.peers import Peer, PeerRewriteTables
 from passing import packet
 from passing import protocol as P
-from passing.scapy_layer import Passing  # noqa: F401  (binds the layer for decoding)
+from testbed.scapy_layer import Passing  # noqa: F401  (binds the layer for decoding)
 
 
 def host_mac(dev: int, port: int) -> str:
@@ -65,7 +65,7 @@ def install_job(sw: SwitchConnection, dev: int, job_id: int,
     fan_in = sum(n for _, n in ranges.values()) + len(member_switches or {})
     cfg = JobConfig(job_id, pool_base, pool_size, fan_in, grp, gen,
                     int(uplink is None), uplink.port if uplink else 0, stat_idx)
-    adm, peers = AdmissionTables(sw), PeerTables(sw)
+    adm, peers = JobAdmissionTables(sw), PeerRewriteTables(sw)
     ups = [adm.job_update(Update.INSERT, cfg)]
     replicas = []
     for port, (first, count) in ranges.items():

@@ -1,4 +1,4 @@
-"""Tables of the JobAdmission control (p4src/include/jobs.p4): job_config and membership."""
+"""Tables of the JobAdmission control (p4src/include/job_admission.p4): job_config, membership."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class JobConfig:
             raise ValueError("generation 0 is what a freshly started switch holds; use >= 1")
 
 
-class AdmissionTables:
+class JobAdmissionTables:
     def __init__(self, sw: SwitchConnection):
         self.sw = sw
 

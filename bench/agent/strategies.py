@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from host_agent import STRATEGIES
+from bench.agent import STRATEGIES
 from host_agent.allreduce import PassingAllreduce, stream_tensor
 from host_agent.session import agree_in_group
 from host_agent.stream import SlotStreamer, StreamConfig, Transport

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from host_agent import STRATEGIES
+from bench.agent import STRATEGIES
 from passing import protocol as P
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
@@ -117,7 +117,7 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
         import torch
         import torch.distributed as dist
 
-        from host_agent import strategies
+        from bench.agent import strategies
         from host_agent.session import RendezvousError, agree_by_tcp, agree_in_group
 
         params, host = args["params"], args["host"]
