@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from bench.agent.cli import parse_size
+from bench.sizes import parse_size
 from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig
 from host_agent.transport import UdpTransport

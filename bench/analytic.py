@@ -13,10 +13,10 @@ A strategy's time is the largest of three bounds, each from rates measured in is
   cores, so this is all agents' packets at the measured agent rate plus all switch packets at the
   switch rates, divided by the cores. (TCP's own CPU cost in the kernel and gloo is not modelled.)
 
-Wire formats: a PASSING packet is one Ethernet frame of 14+20+8+24+256 = 322 bytes carrying
-K=64 values; a stream of n values sends ceil(n/K) value packets plus one exponent packet per slot
-it uses (the exponent of a slot's first block travels ahead of it). TCP carries 1448 bytes per
-1514-byte frame (MSS with timestamps) and one 66-byte ACK frame per two segments.
+Wire formats: a PASSING packet is one Ethernet frame of passing.protocol.FRAME_BYTES bytes
+carrying K values; a stream of n values sends ceil(n/K) value packets plus one exponent packet
+per slot it uses (the exponent of a slot's first block travels ahead of it). TCP carries 1448
+bytes per 1514-byte frame (MSS with timestamps) and one 66-byte ACK frame per two segments.
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ from dataclasses import dataclass
 
 from passing import protocol as P
 
-PASSING_FRAME = P.FRAME_BYTES
-TCP_MSS, TCP_FRAME, ACK_FRAME = 1448, 1514, 66
+TCP_MSS, TCP_FRAME = 1448, 1514
 ACKS_PER_SEGMENT = 0.5
 
 
 @dataclass(frozen=True)
-class Fabric:
-    """The job's hosts, by rack (one rack: a single switch; several: ToRs under one spine)."""
+class FabricModel:
+    """The fabric as the model sees it: the job's hosts by rack (one rack: a single switch;
+    several: ToRs under one spine) and the links' bandwidths. (testbed.fabric.Fabric is
+    another thing: switch processes on veth pairs.)"""
 
     rack_hosts: tuple[int, ...]  # hosts of the job in each rack
     gpus: int  # local ranks per host
@@ -88,18 +89,18 @@ def _tcp_frames(payload: float) -> float:
     return payload / TCP_MSS * (1 + ACKS_PER_SEGMENT)
 
 
-def predict(strategy: str, fabric: Fabric, size_bytes: int, rates: Rates,
+def predict(strategy: str, fabric: FabricModel, size_bytes: int, rates: Rates,
             window: int = 64) -> Prediction:
     values = size_bytes // 4
     multi = len(fabric.rack_hosts) > 1
     if strategy in ("passing", "ina"):
         streams_per_host = fabric.gpus if strategy == "ina" else 1
         pkts = stream_packets(values, window) * streams_per_host  # per host, each direction
-        host_bytes = pkts * PASSING_FRAME
+        host_bytes = pkts * P.FRAME_BYTES
         link = _time(host_bytes, fabric.host_bps)
         up_pkts = stream_packets(values, window)  # one rack sum per ToR, one result back
         if multi:
-            link = max(link, _time(up_pkts * PASSING_FRAME, fabric.uplink_bps))
+            link = max(link, _time(up_pkts * P.FRAME_BYTES, fabric.uplink_bps))
         # A ToR processes its hosts' packets, plus the spine's results when there is one.
         per_switch = [h * pkts + (up_pkts if multi else 0) for h in fabric.rack_hosts]
         if multi:
@@ -136,7 +137,7 @@ def predict(strategy: str, fabric: Fabric, size_bytes: int, rates: Rates,
     return _pick(link, switch, host, host_bytes, total)
 
 
-def _tcp_transfers(strategy: str, fabric: Fabric, n: float) -> list[tuple[int, int, float]]:
+def _tcp_transfers(strategy: str, fabric: FabricModel, n: float) -> list[tuple[int, int, float]]:
     """(source host, destination host, payload bytes) of every transfer between hosts; ranks
     on one host talk over loopback and cost no link."""
     hosts, ranks, gpus = fabric.hosts, fabric.ranks, fabric.gpus

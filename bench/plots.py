@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from bench.report import (  # noqa: E402
+from bench.results import (  # noqa: E402
     GroupKey,
     Run,
     TrainRow,

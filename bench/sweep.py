@@ -26,18 +26,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import analytic, report
+from bench import analytic, report, results
 from bench.agent import STRATEGIES
-from bench.analytic import Fabric, Rates
+from bench.analytic import FabricModel, Rates
 from controller.counters import StatsCounters
 from controller.topology import load
-from passing.pipeline_files import REPO
+from passing.pipeline_files import topology_file
 from topologies.network import INA_JOB_OFFSET, PassingNetwork
 
 # What bench.report reads, then what only the CSV keeps (the model's three bounds, and more).
-ALLREDUCE_COLUMNS = [*report.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
+ALLREDUCE_COLUMNS = [*results.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
                      "predicted_switch_s", "predicted_host_s", "retransmissions"]
-TRAINING_COLUMNS = list(report.TRAINING_COLUMNS)
+TRAINING_COLUMNS = list(results.TRAINING_COLUMNS)
 KIB, MIB = 1 << 10, 1 << 20
 WINDOW = 64  # slots per job and switch (the agents' window)
 
@@ -58,7 +58,7 @@ class Scenario:
     window: int = WINDOW
 
 
-def plan(quick: bool, target: str) -> list[Scenario]:
+def scenarios(quick: bool, target: str) -> list[Scenario]:
     """What `make bench` measures. Link bandwidths are chosen so that the links, not the CPUs
     of this 2-core machine, bound the model's runs (the model forwards ~100k packets/s; a
     20 Mbit/s host link carries 8k PASSING packets/s); BMv2 aggregates a few thousand packets/s,
@@ -95,7 +95,7 @@ def calibrate(target: str, seconds: float) -> dict:
     from bench import switch_pps
     sw = switch_pps.run(target, seconds)
     agent = subprocess.run([sys.executable, "-m", "bench.agent_pps", "--sink", "udp",
-                            "--size", "512K", "--json"], cwd=REPO, capture_output=True,
+                            "--size", "512K", "--json"], capture_output=True,
                            text=True, timeout=300, check=True)
     return {"target": target, "switch_agg_pps": sw["aggregation"]["pps"],
             "switch_fwd_pps": sw["forwarding"]["pps"],
@@ -105,7 +105,7 @@ def calibrate(target: str, seconds: float) -> dict:
 # -- one fabric ---------------------------------------------------------------------------------
 def _variant(topo: str, bw_mbps: float, gpus: int, work: Path) -> Path:
     """The shipped topology with every link shaped to bw_mbps and `gpus` GPUs per host."""
-    doc = json.loads((REPO / "topologies" / f"{topo}.json").read_text())
+    doc = json.loads(topology_file(topo).read_text())
     for h in doc["hosts"].values():
         h["gpus"] = gpus
     for link in doc["links"]:
@@ -165,7 +165,7 @@ def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, wr
             pnet.create_job(job_id, hosts, window=sc.window)
             racks = tuple(sum(1 for h in hosts if topo.hosts[h].rack == r)
                           for r in sorted({topo.hosts[h].rack for h in hosts}))
-            fabric = Fabric(racks, sc.gpus, sc.bw_mbps * 1e6, sc.bw_mbps * 1e6)
+            fabric = FabricModel(racks, sc.gpus, sc.bw_mbps * 1e6, sc.bw_mbps * 1e6)
             for size in sc.sizes:
                 for strategy in sc.strategies:
                     row = measure(pnet, job_id, hosts, fabric, size, strategy, sc, rates)
@@ -194,7 +194,7 @@ def _spread(topo, n: int) -> list[str]:
     return sorted(order[:n])
 
 
-def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: Fabric, size: int,
+def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricModel, size: int,
             strategy: str, sc: Scenario, rates: dict[str, Rates]) -> dict:
     counters = Counters(pnet, hosts)
     # The switch aggregates for passing and ina (on the job's INA companion); the others only
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    scenarios = plan(args.quick, args.target)
+    todo = scenarios(args.quick, args.target)
     log_file = (out / "sweep.log").open("w")
 
     def log(msg: str) -> None:
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     rates, calib = {}, {}
-    for target in sorted({sc.target for sc in scenarios}):
+    for target in sorted({sc.target for sc in todo}):
         calib[target] = calibrate(target, 1.0 if args.quick else args.calibrate_seconds)
         rates[target] = Rates(calib[target]["switch_agg_pps"], calib[target]["switch_fwd_pps"],
                               calib[target]["agent_pps"], calib[target]["cores"])
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     writer_a, writer_t = CsvOut(a_csv, ALLREDUCE_COLUMNS), CsvOut(t_csv, TRAINING_COLUMNS)
     try:
         with tempfile.TemporaryDirectory(prefix="passing-bench-") as tmp:
-            for sc in scenarios:
+            for sc in todo:
                 run_scenario(sc, rates, Path(tmp), writer_a, writer_t, log)
     finally:
         writer_a.close()

@@ -56,17 +56,9 @@ def make_model(seed: int) -> nn.Module:
                              nn.Linear(HIDDEN, CLASSES))
 
 
-def flat_grads(model: nn.Module) -> torch.Tensor:
-    """All gradients as one contiguous float32 tensor, in `model.parameters()` order.
-
-    One tensor means one collective per step, as a bucketed DDP would issue, rather than one per
-    parameter, which would measure per-call latency instead of the aggregation.
-    """
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).to(torch.float32)
-
-
 def set_flat_grads(model: nn.Module, flat: torch.Tensor) -> None:
-    """Copy `flat` (laid out as `flat_grads` lays it out) back into each parameter's `.grad`."""
+    """Copy `flat` (every parameter's gradient in `model.parameters()` order) back into each
+    parameter's `.grad`."""
     offset = 0
     for p in model.parameters():
         n = p.numel()
@@ -138,6 +130,8 @@ def train(allreduce: Allreduce, rank: int, world: int, steps: int,
             p.grad.zero_()
         loss = loss_fn(model(x_train_t[idx]), y_train_t[idx])
         loss.backward()
+        # One tensor, one collective per step (as a bucketed DDP issues it), not one per
+        # parameter, which would time per-call latency instead of the aggregation.
         torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)], out=flat)
         summed = allreduce(flat)
         summed.div_(world)

@@ -25,11 +25,16 @@ The rules below are the contract an operator can rely on.
   is at least `minimum`, else the request is refused naming the minimum and the largest block.
 * Also refused: want < 1, minimum < 1, minimum > want, a job that already holds a pool here, and
   a new job when max_jobs jobs already hold pools.
+* What a switch can give: `largest_grant()`. A request of want slots succeeds without a minimum
+  exactly when want <= largest_grant(), and with one exactly when minimum <= largest_grant(),
+  getting min(want, largest_grant()) slots. A job spanning switches gets one pool size on all of
+  them (`common_window`).
 * Freeing a pool returns its slots at once; free space next to it merges into one free range.
 * Pools never overlap and always lie in [0, capacity).
 
 Errors are `AllocationError`s whose message names the switch, the request and the free space, so
-it can go to the operator as it is.
+it can go to the operator as it is; a hint to ask for less or to give a minimum appears only where
+following it would succeed.
 """
 
 from __future__ import annotations
@@ -130,8 +135,7 @@ class SlotAllocator:
             basis = f"{self.capacity} slots / {self.max_jobs} jobs"
             if minimum is None:
                 raise AllocationError(f"{who} asked for {want} slots, more than the equal share "
-                                      f"of {share} ({basis}); ask for at most {share}, or give a "
-                                      "minimum to accept the share")
+                                      f"of {share} ({basis}); {self._ask_for_less()}")
             if minimum > share:
                 raise AllocationError(f"{who} needs at least {minimum} slots, more than the "
                                       f"equal share of {share} ({basis})")
@@ -181,6 +185,42 @@ class SlotAllocator:
     def largest_free(self) -> int:
         """Size of the largest free range (0 when full). A pool may get less: see _blocks."""
         return max((r.size for r in self.free_ranges()), default=0)
+
+    def largest_grant(self) -> int:
+        """The most slots a new job can get here now (0: none): the largest free block within
+        one share segment, unless max_jobs jobs already hold pools."""
+        if len(self._pools) >= self.max_jobs:
+            return 0
+        return max((block.size for block in self._blocks()), default=0)
+
+    def grant_limit(self) -> str:
+        """Why largest_grant() is what it is, for an operator: free ranges and the rule that
+        bounds it."""
+        grant, share, largest = self.largest_grant(), self.fair_share(), self.largest_free()
+        free = ", ".join(str(r) for r in self.free_ranges()) or "none"
+        if len(self._pools) >= self.max_jobs:
+            why = (f"no more jobs: {len(self._pools)} hold pools, the most it admits "
+                   f"(max_jobs {self.max_jobs})")
+        elif largest == 0:
+            why = "no free slot"
+        elif grant == share:
+            why = (f"at most {grant}, the equal share ({self.capacity} slots / {self.max_jobs} "
+                   "jobs)")
+        elif grant < largest:
+            why = (f"at most {grant}: its largest free range holds {largest}, but a pool may not "
+                   f"cross a {share}-slot share segment")
+        else:
+            why = f"at most {grant}, its largest free range"
+        return f"free {free}; {why}"
+
+    def _ask_for_less(self) -> str:
+        grant = self.largest_grant()
+        if grant == self.fair_share():
+            return f"ask for at most {grant}, or give a minimum to accept the share"
+        if grant:
+            return (f"ask for at most {grant}, or give a minimum of at most {grant} to accept "
+                    f"{grant} ({self.grant_limit()})")
+        return f"no pool fits here now ({self.grant_limit()})"
 
     def used(self) -> int:
         """Slots held by pools."""
@@ -238,6 +278,37 @@ class SlotAllocator:
             text += (f", of which at most {usable} lie within one {self.fair_share()}-slot share "
                      "segment, which a pool may not cross")
         return text
+
+
+def common_window(job_id: int, window: int, min_window: int | None,
+                  allocators: Mapping[str, SlotAllocator]) -> int:
+    """The window a job gets: one pool size on every one of its switches (slot indices are
+    shared along the tree). `window` where every switch can give it, else, with `min_window`,
+    the most all of them can give, down to `min_window`; anything less is refused with each
+    switch's free ranges, the largest window that fits, and a --min-window hint only when that
+    would succeed."""
+    fits = min(a.largest_grant() for a in allocators.values())
+    if window <= fits:
+        return window
+    if min_window is not None and min_window <= fits:
+        return fits
+    wanted = f"a window of {window} slots on each of its switches"
+    if min_window is not None:
+        wanted += f" (at least {min_window})"
+    if fits:
+        given = f"the largest window that fits on all of them now is {fits}"
+    else:
+        given = "no window fits on all of them now"
+    per_switch = "; ".join(f"{name}: {a.grant_limit()}" for name, a in allocators.items())
+    if fits == 0:
+        full = ", ".join(name for name, a in allocators.items() if a.largest_grant() == 0)
+        hint = f"delete a job on {full} first"
+    elif min_window is None:
+        hint = f"ask for a window of at most {fits}, or pass --min-window {fits} or less"
+    else:
+        hint = f"pass --min-window {fits} or less to accept a window of {fits}"
+    raise AllocationError(f"job {job_id} does not fit: it wants {wanted}, and {given} "
+                          f"({per_switch}); {hint}")
 
 
 def _cell_symbol(owners: list[str]) -> str:

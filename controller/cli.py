@@ -78,9 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     who = c.add_mutually_exclusive_group(required=True)
     who.add_argument("--hosts", help="comma-separated host names of the topology")
     who.add_argument("--all-hosts", action="store_true", help="every host of the topology")
-    c.add_argument("--window", type=int, required=True, help="slots wanted per switch")
+    c.add_argument("--window", type=int, required=True,
+                   help="the job's window: slots wanted on each of its switches, and the agents' "
+                        "packets in flight")
     c.add_argument("--min-window", type=int, default=None,
-                   help="accept a smaller pool down to this many slots when space is short")
+                   help="accept a smaller window down to this many slots when space is short")
     c.add_argument("--agent-port", type=int, default=0,
                    help="first UDP port the host agents receive results on (one per host, "
                         "one per GPU in ina mode); it must not overlap another job's. Default: "

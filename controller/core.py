@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller import installer
-from controller.allocator import AllocationError, SlotAllocator, SlotRange
+from controller.allocator import AllocationError, SlotAllocator, SlotRange, common_window
 from controller.counters import StatsCounters
 from controller.job_plan import DEFAULT_AGENT_PORT_BASE, JobError, JobPlan, JobSpec, plan
 from controller.store import JobRecord, JobStore, PoolRecord, StoreError
@@ -162,7 +162,8 @@ class Controller:
             try:
                 c.set_pipeline(p4info, config)
             except SwitchError as e:
-                hint = "" if config else " (no build/: run `make build` for BMv2 switches)"
+                hint = "" if config else (f" (no build in {self.build_dir}: `make build` or "
+                                          "`python -m passing.p4build` for BMv2 switches)")
                 raise ControllerError(f"{e}{hint}") from None
         self._install_forwarding(name)
         return "pushed" if state != "ours" else "kept"
@@ -193,28 +194,6 @@ class Controller:
                                   for jid, p in self.store.pools_on(s).items()})
                 for s in switches}
 
-    def _pool_size(self, spec: JobSpec, allocs: dict[str, SlotAllocator]) -> int:
-        """One pool size for every switch of the job (slot indices are shared along the tree)."""
-        fits = [a for a in allocs.values()
-                if spec.window > a.fair_share() or a.largest_free() < spec.window]
-        if not fits:
-            return spec.window
-        if spec.min_window is None:
-            try:
-                for a in fits:
-                    a.allocate(spec.job_id, spec.window)  # raises with the operator's message
-            except AllocationError as e:
-                raise ControllerError(f"{e} (or pass a minimum window to accept less)") from None
-        size = min([spec.window] + [min(a.fair_share(), a.largest_free())
-                                    for a in allocs.values()])
-        if size < spec.min_window:
-            worst = min(allocs.values(), key=lambda a: min(a.fair_share(), a.largest_free()))
-            raise ControllerError(
-                f"job {spec.job_id} does not fit: at least {spec.min_window} slots wanted, "
-                f"switch {worst.switch} can give {min(worst.fair_share(), worst.largest_free())} "
-                f"(fair share {worst.fair_share()}, largest free block {worst.largest_free()})")
-        return size
-
     def create_job(self, spec: JobSpec) -> JobRecord:
         """Allocate and install a job. With spec.agent_port 0 the job gets the lowest free
         range of agent ports from 61000; the stored spec holds the port it got."""
@@ -230,13 +209,13 @@ class Controller:
             spec = dataclasses.replace(spec, session_key=secrets.token_hex(16))
         job_plan = plan(spec, self.topo)
         allocs = self._allocators(job_plan.switches)
-        size = self._pool_size(spec, allocs)
+        try:
+            window = common_window(spec.job_id, spec.window, spec.min_window, allocs)
+            ranges = {s: allocs[s].allocate(spec.job_id, window) for s in job_plan.switches}
+        except AllocationError as e:
+            raise ControllerError(str(e)) from None
         pools = []
-        for s in job_plan.switches:
-            try:
-                rng = allocs[s].allocate(spec.job_id, size)
-            except AllocationError as e:
-                raise ControllerError(str(e)) from None
+        for s, rng in ranges.items():
             role = job_plan.roles[s]
             on_switch = held[s].jobs.values()
             # What the switch holds counts as taken even when this state file does not know it
@@ -412,7 +391,7 @@ class Controller:
         rec = self.job(job_id)
         spec = JobSpec.from_dict(rec.spec)
         job_plan = plan(spec, self.topo)
-        size = rec.pools[0].size
+        window = rec.pools[0].size
         total_gpus = sum(self.topo.hosts[h].gpus for h in spec.hosts)
         hosts = {}
         for pool in rec.pools:
@@ -428,9 +407,10 @@ class Controller:
         # streams: the contributions the switches sum (the agents' fixed-point headroom);
         # in `ina` every GPU rank streams, with id contributor + local rank.
         streams = total_gpus if spec.mode == "ina" else len(spec.hosts)
+        # "slots" is the window, under the key agents have always read it from.
         return {"job_id": job_id, "mode": spec.mode, "session_key": spec.session_key,
                 "udp_port": P.PASSING_UDP_PORT,
-                "agent_port": spec.udp_port, "k": spec.k, "slots": size,
+                "agent_port": spec.udp_port, "k": spec.k, "slots": window,
                 "scale_bits": spec.scale_bits, "hosts_total": len(spec.hosts),
                 "streams": streams, "contributors_total": total_gpus, "hosts": hosts}
 

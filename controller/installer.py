@@ -1,7 +1,8 @@
 """A job's entries on one switch: what they should be, writing them, removing them, comparing.
 
 Everything a job needs on a switch is described as data first (`Desired`), so that install,
-rollback, delete and reconcile all work from the same description.
+rollback, delete and reconcile all work from the same description. `install` and `remove` need
+only a `SwitchWriter`: the testbed applies the same description to an in-process switch model.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from controller.job_plan import SwitchRole
-from controller.switch import SwitchConnection, SwitchError, Update, WriteError
+from controller.switch import SwitchConnection, SwitchError, SwitchWriter, Update, WriteError
 from controller.tables.guard import ResultGuardTables
 from controller.tables.job_admission import JobAdmissionTables, JobConfig
 from controller.tables.peers import Peer, PeerRewriteTables
@@ -59,7 +60,7 @@ def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,
     return d
 
 
-def _updates(conn: SwitchConnection, d: Desired, kind: int) -> list[Update]:
+def _updates(conn: SwitchWriter, d: Desired, kind: int) -> list[Update]:
     adm, peers, guard = JobAdmissionTables(conn), PeerRewriteTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     if kind == Update.DELETE:
@@ -87,7 +88,7 @@ def _delete_of(u: Update) -> Update:
     return undo
 
 
-def install(conn: SwitchConnection, d: Desired) -> None:
+def install(conn: SwitchWriter, d: Desired) -> None:
     """All of the job's entries on this switch, or none of them."""
     ups = _updates(conn, d, Update.INSERT)
     try:
@@ -107,7 +108,7 @@ def install(conn: SwitchConnection, d: Desired) -> None:
         raise
 
 
-def remove(conn: SwitchConnection, d: Desired) -> None:
+def remove(conn: SwitchWriter, d: Desired) -> None:
     """Delete the job's entries; entries already absent are fine (safe to repeat)."""
     try:
         conn.write(_updates(conn, d, Update.DELETE))

@@ -31,10 +31,18 @@ class JobError(ValueError):
 
 @dataclass(frozen=True)
 class JobSpec:
+    """What an operator asks for.
+
+    Glossary: a job's *window* is the number of aggregation slots it holds on each of its
+    switches, which is also how many packets each of its agents keeps in flight; the slots on
+    one switch are the job's *pool* there (SlotRange/PoolRecord `size`, P4 `pool_size`, the
+    agents' parameter "slots" are all the window).
+    """
+
     job_id: int
     hosts: tuple[str, ...]
-    window: int  # slots wanted per switch (the agents' window)
-    min_window: int | None = None  # accept a smaller pool down to this, when short
+    window: int  # wanted
+    min_window: int | None = None  # accept a smaller window down to this, when short
     k: int = P.K
     scale_bits: int = 0  # 0: the agents choose the fixed-point scale per block (see host agent)
     # The first UDP port the agents receive results on. The controller resolves 0 to a free

@@ -80,7 +80,7 @@ class PoolRecord:
 
     switch: str
     base: int
-    size: int
+    size: int  # the job's window (controller.job_plan.JobSpec); a column of the state file
     gen: int
     stat_idx: int
     mcast_grp: int

@@ -2,21 +2,24 @@
 
 p4runtime-shell's `shell` module keeps one global connection, which cannot drive a leaf-spine
 fabric; its lower-level `P4RuntimeClient` can be instantiated once per switch, so each
-`SwitchConnection` owns one, and builds every message itself from the switch's P4Info. Optionally
-every request and response is appended to a text file (p4lang tutorials' habit) for debugging.
+`SwitchConnection` owns one, and builds every message itself from the switch's P4Info
+(`SwitchWriter`, which other ways of delivering the same updates share). Optionally every message
+on the connection, stream included, is appended to a text file by a gRPC client interceptor
+(p4lang tutorials' habit) for debugging.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import grpc
 from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
 from passing.p4info import P4InfoIndex, decode_value, encode_value
@@ -48,11 +51,91 @@ class WriteError(SwitchError):
         super().__init__(message)
         self.failures = failures
 
+    @classmethod
+    def of(cls, switch: str, updates: list[Update],
+           failures: list[tuple[int, str, str]]) -> WriteError:
+        what = "; ".join(f"update {i} ({updates[i].entity.WhichOneof('entity')}): "
+                         f"{code}: {msg}" for i, code, msg in failures)
+        return cls(f"switch {switch}: write failed: {what}", failures)
+
+
+class _Dump(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+            grpc.StreamStreamClientInterceptor):
+    """Appends every message of a channel to a text file, as it is sent or received: requests,
+    responses, errors and both directions of the stream (arbitration included), each under the
+    switch's name and the RPC's."""
+
+    def __init__(self, name: str, path: Path):
+        self.name, self.path = name, path
+        self._lock = threading.Lock()
+
+    def _write(self, method: str, what: str, text: str) -> None:
+        rpc = method.rsplit("/", 1)[-1]
+        with self._lock, self.path.open("a") as f:
+            f.write(f"[{time.strftime('%H:%M:%S')}] {self.name} {rpc} {what}\n{text}\n")
+
+    def _message(self, method: str, msg) -> None:
+        shown = msg
+        config = getattr(msg, "config", None)
+        if isinstance(config, p4runtime_pb2.ForwardingPipelineConfig) and \
+                (config.p4info.tables or config.p4_device_config):
+            # A whole P4Info and BMv2 JSON would bury the rest of the dump.
+            shown = type(msg)()
+            shown.CopyFrom(msg)
+            shown.config.ClearField("p4info")
+            shown.config.ClearField("p4_device_config")
+            shown = (f"{shown}(config: P4Info with {len(config.p4info.tables)} tables, "
+                     f"{len(config.p4_device_config)} bytes of device config)")
+        self._write(method, type(msg).__name__, str(shown))
+
+    def _error(self, method: str, err: grpc.RpcError) -> None:
+        self._write(method, "error", f"{err.code().name}: {err.details()}")
+
+    def _stream(self, method: str, messages: Iterable) -> Iterator:
+        try:
+            for msg in messages:
+                self._message(method, msg)
+                yield msg
+        except grpc.RpcError as e:
+            self._error(method, e)
+            raise
+
+    def intercept_unary_unary(self, continuation: Callable, details, request):
+        self._message(details.method, request)
+        outcome = continuation(details, request)
+        err = outcome.exception()
+        if err is None:
+            self._message(details.method, outcome.result())
+        elif isinstance(err, grpc.RpcError):
+            self._error(details.method, err)
+        return outcome
+
+    def intercept_unary_stream(self, continuation: Callable, details, request):
+        self._message(details.method, request)
+        return self._stream(details.method, continuation(details, request))
+
+    def intercept_stream_stream(self, continuation: Callable, details, request_iterator):
+        requests = self._stream(details.method, request_iterator)
+        return self._stream(details.method, continuation(details, requests))
+
 
 class _Client(P4RuntimeClient):
     """P4RuntimeClient that raises instead of calling sys.exit when arbitration fails."""
 
     handshake_timeout = 5.0
+
+    def __init__(self, device_id: int, address: str, election_id: tuple[int, int],
+                 dump: _Dump | None = None):
+        self._dump = dump
+        super().__init__(device_id, address, election_id)
+
+    def set_up_stream(self) -> None:
+        # The base class opens the channel and starts the stream in its constructor; this is
+        # the one point in between, so the dump sees the stream's arbitration too.
+        if self._dump is not None:
+            self.channel = grpc.intercept_channel(self.channel, self._dump)
+            self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        super().set_up_stream()
 
     def handshake(self) -> None:
         req = p4runtime_pb2.StreamMessageRequest()
@@ -68,110 +151,24 @@ class _Client(P4RuntimeClient):
         self.is_primary = rep.arbitration.status.code == 0
 
 
-class SwitchConnection:
-    def __init__(self, name: str, address: str, device_id: int = 0,
-                 election_id: tuple[int, int] = (0, 10), dump_file: str | Path | None = None,
-                 connect_timeout: float = 5.0):
+class SwitchWriter(ABC):
+    """What an installer needs of a switch: updates built from the names in the switch's P4Info,
+    and a way to write them. `SwitchConnection` writes over gRPC; a switch model in the same
+    process can take the very same updates."""
+
+    def __init__(self, name: str, info: P4InfoIndex | None = None):
         self.name = name
-        self.address = address
-        self.device_id = device_id
-        self.election_id = election_id
-        self._dump_path = Path(dump_file) if dump_file else None
-        self._dump_lock = threading.Lock()
-        self.info: P4InfoIndex | None = None
-        self._client = self._connect(connect_timeout)
+        self.info = info
 
-    # -- connection -------------------------------------------------------------------------
-    def _connect(self, timeout: float) -> _Client:
-        channel = grpc.insecure_channel(self.address)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            channel.close()
-            raise SwitchError(f"switch {self.name}: no P4Runtime server at {self.address} "
-                              f"(waited {timeout:.0f}s)") from None
-        channel.close()
-        try:
-            client = _Client(self.device_id, self.address, self.election_id)
-        except (SwitchError, P4RuntimeException) as e:
-            raise SwitchError(f"switch {self.name} at {self.address}: {e}") from None
-        if not client.is_primary:
-            client.tear_down()
-            raise SwitchError(f"switch {self.name}: another controller holds mastership "
-                              f"(election id {self.election_id} is not the highest)")
-        return client
-
-    def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.tear_down()
-
-    def __enter__(self) -> SwitchConnection:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _dump(self, kind: str, msg) -> None:
-        if self._dump_path is None:
-            return
-        with self._dump_lock, self._dump_path.open("a") as f:
-            f.write(f"[{time.strftime('%H:%M:%S')}] {self.name} {kind}\n{msg}\n")
-
-    # -- pipeline ---------------------------------------------------------------------------
-    def set_pipeline(self, p4info_path: str | Path, device_config: bytes = b"") -> None:
-        """Push a P4Info and the target's device config (BMv2 JSON) with VERIFY_AND_COMMIT."""
-        req = p4runtime_pb2.SetForwardingPipelineConfigRequest()
-        req.device_id = self.device_id
-        req.election_id.high, req.election_id.low = self.election_id
-        req.action = req.VERIFY_AND_COMMIT
-        text_format.Merge(Path(p4info_path).read_text(), req.config.p4info)
-        req.config.p4_device_config = device_config
-        self._dump("SetForwardingPipelineConfig", f"p4info={p4info_path}, "
-                   f"{len(device_config)} bytes of device config")
-        try:
-            self._client.stub.SetForwardingPipelineConfig(req)
-        except grpc.RpcError as e:
-            raise SwitchError(f"switch {self.name}: pipeline rejected: {e.code().name}: "
-                              f"{e.details()}") from None
-        self.info = P4InfoIndex(req.config.p4info)
-
-    def fetch_pipeline(self) -> bool:
-        """Load the P4Info the switch already runs. False if it has no pipeline."""
-        try:
-            info = self._client.get_p4info()
-        except P4RuntimeException:
-            return False
-        if not info.tables:
-            return False
-        self.info = P4InfoIndex(info)
-        return True
+    @abstractmethod
+    def write(self, updates: Iterable[Update]) -> None:
+        """Apply the updates in order, as one WriteRequest; raise WriteError listing each
+        failed update (the others are applied: P4Runtime writes are not atomic)."""
 
     def _index(self) -> P4InfoIndex:
         if self.info is None:
             raise SwitchError(f"switch {self.name}: no pipeline loaded")
         return self.info
-
-    # -- writes -----------------------------------------------------------------------------
-    def write(self, updates: Iterable[Update]) -> None:
-        """One WriteRequest. On failure the SwitchError lists each failed update."""
-        req = p4runtime_pb2.WriteRequest()
-        req.updates.extend(updates)
-        if not req.updates:
-            return
-        req.device_id = self.device_id
-        req.election_id.high, req.election_id.low = self.election_id
-        self._dump("WriteRequest", req)
-        try:
-            self._client.stub.Write(req)
-        except grpc.RpcError as e:
-            failures = write_failures(e)
-            if not failures:
-                raise SwitchError(f"switch {self.name}: write failed: {e.code().name}: "
-                                  f"{e.details()}") from None
-            what = "; ".join(f"update {i} ({req.updates[i].entity.WhichOneof('entity')}): "
-                             f"{code}: {msg}" for i, code, msg in failures)
-            raise WriteError(f"switch {self.name}: write failed: {what}", failures) from None
 
     def table_entry(self, table: str, match: Mapping[str, int | str], action: str,
                     params: Mapping[str, int | str] | None = None,
@@ -241,9 +238,96 @@ class SwitchConnection:
             r.instance = instance
         return u
 
+
+class SwitchConnection(SwitchWriter):
+    def __init__(self, name: str, address: str, device_id: int = 0,
+                 election_id: tuple[int, int] = (0, 10), dump_file: str | Path | None = None,
+                 connect_timeout: float = 5.0):
+        super().__init__(name)
+        self.address = address
+        self.device_id = device_id
+        self.election_id = election_id
+        self._dump = _Dump(name, Path(dump_file)) if dump_file else None
+        self._client = self._connect(connect_timeout)
+
+    # -- connection -------------------------------------------------------------------------
+    def _connect(self, timeout: float) -> _Client:
+        channel = grpc.insecure_channel(self.address)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            raise SwitchError(f"switch {self.name}: no P4Runtime server at {self.address} "
+                              f"(waited {timeout:.0f}s)") from None
+        channel.close()
+        try:
+            client = _Client(self.device_id, self.address, self.election_id, self._dump)
+        except (SwitchError, P4RuntimeException) as e:
+            raise SwitchError(f"switch {self.name} at {self.address}: {e}") from None
+        if not client.is_primary:
+            client.tear_down()
+            raise SwitchError(f"switch {self.name}: another controller holds mastership "
+                              f"(election id {self.election_id} is not the highest)")
+        return client
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.tear_down()
+
+    def __enter__(self) -> SwitchConnection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- pipeline ---------------------------------------------------------------------------
+    def set_pipeline(self, p4info_path: str | Path, device_config: bytes = b"") -> None:
+        """Push a P4Info and the target's device config (BMv2 JSON) with VERIFY_AND_COMMIT."""
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest()
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+        req.action = req.VERIFY_AND_COMMIT
+        text_format.Merge(Path(p4info_path).read_text(), req.config.p4info)
+        req.config.p4_device_config = device_config
+        try:
+            self._client.stub.SetForwardingPipelineConfig(req)
+        except grpc.RpcError as e:
+            raise SwitchError(f"switch {self.name}: pipeline rejected: {e.code().name}: "
+                              f"{e.details()}") from None
+        self.info = P4InfoIndex(req.config.p4info)
+
+    def fetch_pipeline(self) -> bool:
+        """Load the P4Info the switch already runs. False if it has no pipeline."""
+        try:
+            info = self._client.get_p4info()
+        except P4RuntimeException:
+            return False
+        if not info.tables:
+            return False
+        self.info = P4InfoIndex(info)
+        return True
+
+    # -- writes -----------------------------------------------------------------------------
+    def write(self, updates: Iterable[Update]) -> None:
+        """One WriteRequest. On failure the SwitchError lists each failed update."""
+        req = p4runtime_pb2.WriteRequest()
+        req.updates.extend(updates)
+        if not req.updates:
+            return
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+        try:
+            self._client.stub.Write(req)
+        except grpc.RpcError as e:
+            failures = write_failures(e)
+            if not failures:
+                raise SwitchError(f"switch {self.name}: write failed: {e.code().name}: "
+                                  f"{e.details()}") from None
+            raise WriteError.of(self.name, list(req.updates), failures) from None
+
     # -- reads ------------------------------------------------------------------------------
     def _read(self, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
-        self._dump("ReadRequest", entity)
         out = []
         try:
             for rep in self._client.read_one(entity):
@@ -287,11 +371,3 @@ class SwitchConnection:
             g = e.packet_replication_engine_entry.multicast_group_entry
             groups[g.multicast_group_id] = [(r.egress_port, r.instance) for r in g.replicas]
         return groups
-
-    def read_register(self, register: str, index: int) -> int:
-        """Registers over P4Runtime: BMv2's server answers UNIMPLEMENTED, and so does the model."""
-        ent = p4runtime_pb2.Entity()
-        ent.register_entry.register_id = self._index().register(register).preamble.id
-        ent.register_entry.index.index = index
-        entities = self._read(ent)
-        return decode_value(entities[0].register_entry.data.bitstring) if entities else 0

@@ -62,7 +62,10 @@ class Switch:
 
 
 @dataclass(frozen=True)
-class Uplink:
+class SpineLink:
+    """The link from a ToR up to the spine. (A job's way up from a ToR, with the ToR's id at
+    the spine, is controller.job_plan.SwitchRole.uplink.)"""
+
     tor: str
     tor_port: int
     spine: str
@@ -75,12 +78,12 @@ class Topology:
     name: str
     switches: dict[str, Switch]
     hosts: dict[str, Host]
-    uplinks: list[Uplink] = field(default_factory=list)
+    uplinks: list[SpineLink] = field(default_factory=list)
 
     def hosts_in(self, rack: str) -> list[Host]:
         return [h for h in self.hosts.values() if h.rack == rack]
 
-    def uplink_of(self, tor: str) -> Uplink | None:
+    def uplink_of(self, tor: str) -> SpineLink | None:
         return next((u for u in self.uplinks if u.tor == tor), None)
 
     def ports_of(self, switch: str) -> dict[int, str]:
@@ -144,7 +147,18 @@ def parse(data: dict, source: str = "topology") -> Topology:
         raise TopologyError("links: expected a list")
     if not switches_in:
         raise TopologyError("switches: at least one switch is needed")
+    switches = _switches(switches_in)
+    host_links, uplinks = _links(links, switches, hosts_in)
+    hosts = _hosts(hosts_in, host_links, switches)
+    _check_fabric(switches, hosts, uplinks)
+    return Topology(name, switches, hosts, uplinks)
 
+
+# Where a host is attached: (its ToR, that ToR's port, the link's shaping).
+_HostLink = tuple[str, int, LinkParams]
+
+
+def _switches(switches_in: dict) -> dict[str, Switch]:
     switches: dict[str, Switch] = {}
     for i, (sname, sd) in enumerate(switches_in.items()):
         where = f"switches.{sname}"
@@ -154,10 +168,15 @@ def parse(data: dict, source: str = "topology") -> Topology:
             raise TopologyError(f"{where}.role: expected one of {ROLES}, got {role!r}")
         ip, mac = _addr(sd, where, f"10.0.{i}.254", f"08:00:00:00:{i:02x}:fe")
         switches[sname] = Switch(sname, role, i, ip, mac)
+    return switches
 
+
+def _links(links: list, switches: dict[str, Switch],
+           hosts_in: dict) -> tuple[dict[str, _HostLink], list[SpineLink]]:
+    """Each host's link and each ToR's link to the spine; no switch port is used twice."""
     used_ports: dict[tuple[str, int], str] = {}
-    host_links: dict[str, tuple[str, int, LinkParams]] = {}
-    uplinks: list[Uplink] = []
+    host_links: dict[str, _HostLink] = {}
+    uplinks: list[SpineLink] = []
     for n, link in enumerate(links):
         where = f"links[{n}]"
         link = _obj(link, where)
@@ -168,36 +187,54 @@ def parse(data: dict, source: str = "topology") -> Topology:
         params = _link_params(link, where)
         ends = [(sw, port)]
         if "node" in link:
-            host = link["node"]
-            if host not in hosts_in:
-                raise TopologyError(f"{where}.node: unknown host {host!r}")
-            if host in host_links:
-                raise TopologyError(f"{where}.node: host {host} is linked twice")
-            if switches[sw].role != "tor":
-                raise TopologyError(f"{where}.switch: hosts attach to ToR switches, {sw} is a "
-                                    f"{switches[sw].role}")
+            host = _host_end(link, where, switches[sw], hosts_in, host_links)
             host_links[host] = (sw, port, params)
         elif "peer" in link:
-            peer = link["peer"]
-            if peer not in switches:
-                raise TopologyError(f"{where}.peer: unknown switch {peer!r}")
-            peer_port = _int(link, "peer_port", where, 1, 510)
-            roles = {switches[sw].role, switches[peer].role}
-            if roles != {"tor", "spine"}:
-                raise TopologyError(f"{where}: switch links join a ToR and a spine")
-            tor, tport, spine, sport = (sw, port, peer, peer_port) \
-                if switches[sw].role == "tor" else (peer, peer_port, sw, port)
-            if any(u.tor == tor for u in uplinks):
-                raise TopologyError(f"{where}: ToR {tor} has a second uplink (one is supported)")
-            uplinks.append(Uplink(tor, tport, spine, sport, params))
-            ends.append((peer, peer_port))
+            up = _spine_link(link, where, switches, sw, port, params)
+            if any(u.tor == up.tor for u in uplinks):
+                raise TopologyError(f"{where}: ToR {up.tor} has a second uplink (one is "
+                                    "supported)")
+            uplinks.append(up)
+            ends.append((link["peer"], link["peer_port"]))
         else:
             raise TopologyError(f"{where}: needs \"node\" (a host) or \"peer\" (a switch)")
         for end in ends:
             if end in used_ports:
                 raise TopologyError(f"{where}.port: port {end[1]} of {end[0]} is used twice")
             used_ports[end] = where
+    return host_links, uplinks
 
+
+def _host_end(link: dict, where: str, switch: Switch, hosts_in: dict,
+              host_links: dict[str, _HostLink]) -> str:
+    """The host a host link attaches to `switch`, which must be a ToR."""
+    host = link["node"]
+    if host not in hosts_in:
+        raise TopologyError(f"{where}.node: unknown host {host!r}")
+    if host in host_links:
+        raise TopologyError(f"{where}.node: host {host} is linked twice")
+    if switch.role != "tor":
+        raise TopologyError(f"{where}.switch: hosts attach to ToR switches, {switch.name} is a "
+                            f"{switch.role}")
+    return host
+
+
+def _spine_link(link: dict, where: str, switches: dict[str, Switch], sw: str, port: int,
+                params: LinkParams) -> SpineLink:
+    """A switch link, which joins a ToR and the spine, whichever end the file names first."""
+    peer = link["peer"]
+    if peer not in switches:
+        raise TopologyError(f"{where}.peer: unknown switch {peer!r}")
+    peer_port = _int(link, "peer_port", where, 1, 510)
+    if {switches[sw].role, switches[peer].role} != {"tor", "spine"}:
+        raise TopologyError(f"{where}: switch links join a ToR and a spine")
+    if switches[sw].role == "tor":
+        return SpineLink(sw, port, peer, peer_port, params)
+    return SpineLink(peer, peer_port, sw, port, params)
+
+
+def _hosts(hosts_in: dict, host_links: dict[str, _HostLink],
+           switches: dict[str, Switch]) -> dict[str, Host]:
     hosts: dict[str, Host] = {}
     for i, (hname, hd) in enumerate(hosts_in.items(), start=1):
         where = f"hosts.{hname}"
@@ -209,7 +246,12 @@ def parse(data: dict, source: str = "topology") -> Topology:
         r = switches[rack].index
         ip, mac = _addr(hd, where, f"10.0.{r}.{i}", f"08:00:00:00:{r:02x}:{i:02x}")
         hosts[hname] = Host(hname, rack, port, gpus, ip, mac, params)
+    return hosts
 
+
+def _check_fabric(switches: dict[str, Switch], hosts: dict[str, Host],
+                  uplinks: list[SpineLink]) -> None:
+    """At most one spine, every ToR linked to it when there is one, no address twice."""
     spines = [s for s in switches.values() if s.role == "spine"]
     if len(spines) > 1:
         raise TopologyError("switches: at most one spine is supported")
@@ -221,7 +263,6 @@ def parse(data: dict, source: str = "topology") -> Topology:
         if node.ip in seen_ips:
             raise TopologyError(f"{node.name}.ip: {node.ip} is also {seen_ips[node.ip]}'s")
         seen_ips[node.ip] = node.name
-    return Topology(name, switches, hosts, uplinks)
 
 
 def read_json(path: Path, what: str, error: type[Exception]):

@@ -51,7 +51,7 @@ class Transport(Protocol):
 class StreamConfig:
     job_id: int
     contributor: int  # this host's id at its ToR
-    slots: int  # the job's window W
+    window: int  # W: the job's slots per switch, each with one packet in flight
     streams: int  # hosts of the job: contributions summed by the switches
     session: int  # the run's session number, the same on every host (host_agent.session)
     local_gpus: int = 1  # carried in num_contrib
@@ -81,11 +81,69 @@ class _Pending:
     resent: bool = False
 
 
+class _Call:
+    """One allreduce's fragments and how far each slot has got through them."""
+
+    def __init__(self, blocks: np.ndarray, local_exp: np.ndarray, window: int, streams: int,
+                 tag: int):
+        self.blocks, self.local_exp, self.tag = blocks, local_exp, tag
+        self.nfrag = blocks.shape[0]
+        # Slots the call uses: the window, or one per fragment of a shorter tensor. Slot s
+        # carries fragments s, s + used, s + 2 * used, ...
+        self.used = min(window, self.nfrag)
+        self.s_bits = fx.scale_bits(streams)
+        self.agreed = np.zeros(self.nfrag, dtype=np.uint8)
+        self.out = np.zeros((self.nfrag, P.K), dtype=np.float64)
+        # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*used
+        self.step = np.zeros(self.used, dtype=np.int64)
+        self.pending: dict[int, _Pending] = {}
+
+    def fragments(self, slots: np.ndarray) -> np.ndarray:
+        """The fragment each of `slots` is at (for an exponent packet, the one it announces)."""
+        st = self.step[slots]
+        return np.where(st == 0, slots, slots + (st - 1) * self.used)
+
+    def values_and_exponents(self, slots: np.ndarray,
+                             frag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The next packet of each slot: fragment `frag` quantized with its agreed exponent
+        (zeros in an exponent packet, or once a host reported NaN/Inf), and the exponent it
+        proposes: this host's of the fragment itself (exponent packet) or of the slot's next
+        fragment (0 after the last)."""
+        st = self.step[slots]
+        data = (st > 0) & (self.agreed[frag] != fx.POISON)
+        values = np.zeros((slots.size, P.K), dtype=np.int32)
+        if data.any():
+            values[data] = fx.quantize(self.blocks[frag[data]], self.agreed[frag[data]],
+                                       self.s_bits)
+        nxt = frag + self.used
+        ahead = self.local_exp[np.minimum(nxt, self.nfrag - 1)]
+        exp = np.where(st == 0, self.local_exp[slots], np.where(nxt < self.nfrag, ahead, 0))
+        return values, exp
+
+    def absorb(self, slots: np.ndarray, frags: np.ndarray, recs: np.ndarray) -> np.ndarray:
+        """Take the results `recs` of `slots` (at fragments `frags`): an exponent packet's
+        result is the fragment's agreed exponent, a value packet's the fragment's sum and the
+        agreed exponent of the slot's next fragment. Returns the slots that have another
+        fragment to send."""
+        agreed, nfrag, used = self.agreed, self.nfrag, self.used
+        first = self.step[slots] == 0
+        agreed[frags[first]] = recs["exp"][first]
+        rest = ~first
+        data = rest & (agreed[frags] != fx.POISON)
+        if data.any():
+            self.out[frags[data]] = fx.dequantize(recs["values"][data], agreed[frags[data]],
+                                                  self.s_bits)
+        ahead = rest & (frags + used < nfrag)
+        agreed[frags[ahead] + used] = recs["exp"][ahead]
+        self.step[slots] += 1
+        return slots[slots + (self.step[slots] - 1) * used < nfrag]
+
+
 class SlotStreamer:
     def __init__(self, cfg: StreamConfig, transport: Transport):
         self.cfg = cfg
         self.transport = transport
-        self.versions = np.zeros(cfg.slots, dtype=np.uint8)
+        self.versions = np.zeros(cfg.window, dtype=np.uint8)
         self.calls = 0
         self.stats = StreamStats()
         # Round-trip estimate (TCP's, RFC 6298): the timer follows the switch's queueing delay,
@@ -143,96 +201,76 @@ class SlotStreamer:
 
     # -- the window ---------------------------------------------------------------------------
     def _run(self, blocks: np.ndarray, local_exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        cfg = self.cfg
-        nfrag = blocks.shape[0]
-        window = min(cfg.slots, nfrag)
-        s_bits = fx.scale_bits(cfg.streams)
-        agreed = np.zeros(nfrag, dtype=np.uint8)
-        out = np.zeros((nfrag, P.K), dtype=np.float64)
-        tag = self.calls % 256
+        """Every fragment of `blocks` through the switch: (sums, agreed exponents)."""
+        call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams, self.calls % 256)
         self.calls += 1
-        # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*window
-        step = np.zeros(window, dtype=np.int64)
-        pending: dict[int, _Pending] = {}
-
-        def launch(slots: list[int]) -> None:
-            """Build the next packet of each of `slots` in one vectorized batch and send them."""
-            sl = np.asarray(slots, dtype=np.int64)
-            st = step[sl]
-            frag = np.where(st == 0, sl, sl + (st - 1) * window)
-            data = (st > 0) & (agreed[frag] != fx.POISON)
-            values = np.zeros((sl.size, P.K), dtype=np.int32)
-            if data.any():
-                values[data] = fx.quantize(blocks[frag[data]], agreed[frag[data]], s_bits)
-            nxt = frag + window
-            exp = np.where(st == 0, local_exp[sl],
-                           np.where(nxt < nfrag, local_exp[np.minimum(nxt, nfrag - 1)], 0))
-            versions = self.versions[sl]
-            batch = packet.pack_batch(values, job_id=cfg.job_id, slot=sl,
-                                      contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
-                                      version=versions, frag=frag, num_contrib=cfg.local_gpus,
-                                      exp=exp, tag=tag, session=cfg.session)
-            now = time.monotonic()
-            for i, row in enumerate(packet.payload_rows(batch)):
-                payload = row.tobytes()
-                self.transport.send(payload)
-                pending[int(sl[i])] = _Pending(int(frag[i]), int(versions[i]), payload, now,
-                                               self.rto)
-            self.stats.packets += sl.size
-
-        launch(list(range(window)))
+        self._launch(call, np.arange(call.used, dtype=np.int64))
         last_progress = time.monotonic()
-        while pending:
-            now = time.monotonic()
-            wait = min(p.sent + p.rto for p in pending.values()) - now
+        while call.pending:
+            wait = min(p.sent + p.rto for p in call.pending.values()) - time.monotonic()
             got_slots, got_frags, recs = self._collect(self.transport.recv(max(wait, 0.0)),
-                                                       pending, tag)
+                                                       call.pending, call.tag)
             if got_slots:
                 last_progress = time.monotonic()
                 slots = np.array(got_slots, dtype=np.int64)
-                frags = np.array(got_frags, dtype=np.int64)
                 self.versions[slots] ^= 1
-                first = step[slots] == 0
-                agreed[frags[first]] = recs["exp"][first]
-                rest = ~first
-                data = rest & (agreed[frags] != fx.POISON)
-                if data.any():
-                    out[frags[data]] = fx.dequantize(recs["values"][data], agreed[frags[data]],
-                                                     s_bits)
-                ahead = rest & (frags + window < nfrag)
-                agreed[frags[ahead] + window] = recs["exp"][ahead]
-                step[slots] += 1
-                more = slots + (step[slots] - 1) * window < nfrag
-                if more.any():
-                    launch(slots[more].tolist())
+                more = call.absorb(slots, np.array(got_frags, dtype=np.int64), recs)
+                if more.size:
+                    self._launch(call, more)
             now = time.monotonic()
-            if pending and now - last_progress > cfg.deadline:
-                waiting = sorted(pending)[:5]
-                raise SwitchTimeout(
-                    f"job {cfg.job_id}: no result from the switch for {cfg.deadline:.1f}s "
-                    f"(slots {waiting} waiting, {self.stats.retransmissions} retransmissions): "
-                    "another host of the job stopped, restarted or is in another session, "
-                    "or the switch is down")
-            expired = False
-            for p in pending.values():
-                if now >= p.sent + p.rto:
-                    expired = True
-                    p.rto = min(p.rto * 2, cfg.max_rto)
-                    p.resent = True
-                    self.stats.retransmissions += 1
-                    self.transport.send(packet.with_flags(
-                        p.payload, int(P.Flag.CONTRIB | P.Flag.RETRANS)))
-                    p.sent = now
-                    self.stats.packets += 1
-            # RFC 6298 (5.5-5.7): a timeout also backs off the timer of packets sent later,
-            # until a clean round trip is measured. Backing off only the packet that timed out
-            # leaves new packets on the old timer; when the round trip has grown past it (a
-            # queue filling on a slow link) every packet is resent, Karn's rule discards every
-            # sample, and the timer never catches up. Once per timer period, not per packet.
-            if expired and now - self._backoff_at >= self.rto:
-                self.rto = min(self.rto * 2, cfg.max_rto)
-                self._backoff_at = now
-        return out, agreed
+            if call.pending and now - last_progress > self.cfg.deadline:
+                raise self._timeout(call)
+            self._resend_expired(call, now)
+        return call.out, call.agreed
+
+    def _launch(self, call: _Call, slots: np.ndarray) -> None:
+        """Build the next packet of each of `slots` in one vectorized batch and send them."""
+        cfg = self.cfg
+        frag = call.fragments(slots)
+        values, exp = call.values_and_exponents(slots, frag)
+        versions = self.versions[slots]
+        batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
+                                  contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
+                                  version=versions, frag=frag, num_contrib=cfg.local_gpus,
+                                  exp=exp, tag=call.tag, session=cfg.session)
+        now = time.monotonic()
+        for i, row in enumerate(packet.payload_rows(batch)):
+            payload = row.tobytes()
+            self.transport.send(payload)
+            call.pending[int(slots[i])] = _Pending(int(frag[i]), int(versions[i]), payload, now,
+                                                   self.rto)
+        self.stats.packets += slots.size
+
+    def _resend_expired(self, call: _Call, now: float) -> None:
+        """Resend, with RETRANS, every pending packet whose timer ran out, backing its timer
+        off."""
+        expired = False
+        for p in call.pending.values():
+            if now >= p.sent + p.rto:
+                expired = True
+                p.rto = min(p.rto * 2, self.cfg.max_rto)
+                p.resent = True
+                self.stats.retransmissions += 1
+                self.transport.send(packet.with_flags(
+                    p.payload, int(P.Flag.CONTRIB | P.Flag.RETRANS)))
+                p.sent = now
+                self.stats.packets += 1
+        # RFC 6298 (5.5-5.7): a timeout also backs off the timer of packets sent later,
+        # until a clean round trip is measured. Backing off only the packet that timed out
+        # leaves new packets on the old timer; when the round trip has grown past it (a
+        # queue filling on a slow link) every packet is resent, Karn's rule discards every
+        # sample, and the timer never catches up. Once per timer period, not per packet.
+        if expired and now - self._backoff_at >= self.rto:
+            self.rto = min(self.rto * 2, self.cfg.max_rto)
+            self._backoff_at = now
+
+    def _timeout(self, call: _Call) -> SwitchTimeout:
+        waiting = sorted(call.pending)[:5]
+        return SwitchTimeout(
+            f"job {self.cfg.job_id}: no result from the switch for {self.cfg.deadline:.1f}s "
+            f"(slots {waiting} waiting, {self.stats.retransmissions} retransmissions): "
+            "another host of the job stopped, restarted or is in another session, "
+            "or the switch is down")
 
     def _collect(self, payloads: list[bytes], pending: dict[int, _Pending],
                  tag: int) -> tuple[list[int], list[int], np.ndarray]:

@@ -58,8 +58,12 @@ HEADER_FIELDS: tuple[Field, ...] = (
 
 HEADER_BYTES = sum(f.bits for f in HEADER_FIELDS) // 8
 PAYLOAD_BYTES = HEADER_BYTES + VALUES_BYTES  # UDP payload of every aggregation packet
-# Full frame: Ethernet 14 + IPv4 20 (no options) + UDP 8 + payload.
-FRAME_BYTES = 14 + 20 + 8 + PAYLOAD_BYTES
+# The headers in front of the payload: untagged Ethernet, IPv4 without options (the switch drops
+# tagged frames and does not parse options), UDP.
+ETH_HEADER_BYTES = 14
+IPV4_HEADER_BYTES = 20
+UDP_HEADER_BYTES = 8
+FRAME_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + UDP_HEADER_BYTES + PAYLOAD_BYTES
 
 
 class Flag(enum.IntFlag):
@@ -69,11 +73,6 @@ class Flag(enum.IntFlag):
 
 
 FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS)
-
-
-class Level(enum.IntEnum):
-    HOST_TO_TOR = 0
-    TOR_TO_SPINE = 1
 
 
 class JobDrop(enum.IntEnum):
@@ -134,7 +133,3 @@ JOB_COUNTERS: dict[str, tuple[JobEvent, ...]] = {
 class Role(enum.IntEnum):
     ROOT = 1  # finished slots are multicast to members
     NON_ROOT = 0  # finished slots go up as one contribution; results from above come down
-
-
-def p4_header_fields() -> list[tuple[str, int]]:
-    return [(f.name, f.bits) for f in HEADER_FIELDS]

@@ -3,6 +3,10 @@
 # its tests use, a virtualenv in .venv built on Debian's own Python 3 (so Debian's Mininet is
 # importable from it), and the exact Python dependencies of requirements.lock.
 # p4c and BMv2 are not installed here: no package registry carries them (see README).
+# torch: requirements.lock pins torch==2.13.0, which the CPU build 2.13.0+cpu also satisfies and
+# pip prefers wherever it sees one: this project's machines keep it on local disk, where pip
+# finds it; elsewhere `PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu ./scripts/setup.sh`
+# (as docker/Dockerfile does) brings it, while PyPI alone brings the multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,4 +31,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+echo "setup: torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
 echo "setup: done. Run the tests with: make test"

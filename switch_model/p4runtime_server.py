@@ -11,6 +11,7 @@ import itertools
 import logging
 import queue
 import threading
+from collections.abc import Iterable
 from concurrent import futures
 
 import grpc
@@ -176,15 +177,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "No forwarding pipeline config")
         except _Abort as e:
             context.abort(e.code, str(e))
-        errors = []
-        for update in request.updates:
-            try:
-                self._apply(update)
-                errors.append(None)
-            except StateError as e:
-                errors.append((getattr(code_pb2, e.code), str(e)))
-            except _Abort as e:
-                errors.append((e.code.value[0], str(e)))
+        errors = self.apply_updates(request.updates)
         if any(errors):
             status = status_pb2.Status(code=code_pb2.UNKNOWN, message="Write failure.")
             for err in errors:
@@ -201,6 +194,22 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 (("grpc-status-details-bin", status.SerializeToString()),))
             context.abort(grpc.StatusCode.UNKNOWN, "Write failure.")
         return p4runtime_pb2.WriteResponse()
+
+    def apply_updates(self, updates: Iterable[Update]) -> list[tuple[int, str] | None]:
+        """A Write's updates applied in order, each on its own as BMv2 applies them: per update
+        None, or (google.rpc canonical code, message) of its failure. In-process callers (the
+        testbed's loopback switch) write through here too, so they take the same path as a
+        Write over gRPC, less arbitration."""
+        errors: list[tuple[int, str] | None] = []
+        for update in updates:
+            try:
+                self._apply(update)
+                errors.append(None)
+            except StateError as e:
+                errors.append((getattr(code_pb2, e.code), str(e)))
+            except _Abort as e:
+                errors.append((e.code.value[0], str(e)))
+        return errors
 
     def _apply(self, update) -> None:
         kind = _UPDATE_KIND.get(update.type)
@@ -370,9 +379,17 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
 
 
 def serve(service: P4RuntimeService, address: str, workers: int = 4) -> grpc.Server:
+    return listen(service, address, workers)[0]
+
+
+def listen(service: P4RuntimeService, address: str,
+           workers: int = 4) -> tuple[grpc.Server, int]:
+    """The service served on `address`, and the TCP port it listens on: with port 0 the
+    system picks a free one, so servers started side by side never race for a port."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
-    if server.add_insecure_port(address) == 0:
+    port = server.add_insecure_port(address)
+    if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
-    return server
+    return server, port

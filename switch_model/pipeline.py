@@ -19,11 +19,24 @@ from passing.protocol import JobEvent as E
 from switch_model.state import Action, SwitchState
 
 ETH_IPV4 = b"\x08\x00"
-IPV4_OFF, UDP_OFF, PASSING_OFF = 14, 34, 42
+IP_PROTO_UDP = 17
+IPV4_OFF = P.ETH_HEADER_BYTES
+UDP_OFF = IPV4_OFF + P.IPV4_HEADER_BYTES
+PASSING_OFF = UDP_OFF + P.UDP_HEADER_BYTES
 VALUES_OFF = PASSING_OFF + P.HEADER_BYTES
 PASSING_END = VALUES_OFF + P.VALUES_BYTES
-PASSING_UDP_LEN = 8 + P.PAYLOAD_BYTES
-PASSING_IPV4_LEN = 20 + PASSING_UDP_LEN
+PASSING_UDP_LEN = P.UDP_HEADER_BYTES + P.PAYLOAD_BYTES
+PASSING_IPV4_LEN = P.IPV4_HEADER_BYTES + PASSING_UDP_LEN
+
+# Fields the parser and the checks read, by their place in an untagged IPv4/UDP frame.
+ETHERTYPE = slice(12, IPV4_OFF)
+IPV4_VER_IHL, IPV4_PROTO = IPV4_OFF, IPV4_OFF + 9
+IPV4_FRAG_HI, IPV4_FRAG_LO = IPV4_OFF + 6, IPV4_OFF + 7  # flags ++ fragment offset
+IPV4_TOTAL_LEN = slice(IPV4_OFF + 2, IPV4_OFF + 4)
+IPV4_CSUM_HI, IPV4_CSUM_LO = IPV4_OFF + 10, IPV4_OFF + 11
+UDP_SPORT = slice(UDP_OFF, UDP_OFF + 2)
+UDP_DPORT = slice(UDP_OFF + 2, UDP_OFF + 4)
+UDP_LEN = slice(UDP_OFF + 4, UDP_OFF + 6)
 
 _HDR = struct.Struct("!HHBBBBIHBBQ")
 
@@ -52,6 +65,21 @@ FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS = (int(P.Flag.CONTRIB), int(P.Flag.RESUL
                                            int(P.Flag.RETRANS))
 FLAGS_KNOWN = P.FLAGS_MASK
 DROP_NONE = None
+IPV4_IHL = P.IPV4_HEADER_BYTES // 4  # the only header length the parser accepts (no options)
+
+# config.p4's EVT_* codes, DROP_STALE_RESULT and ROLE_ROOT as plain ints: the hot path compares
+# them per packet, and looking up an IntEnum member costs several times the comparison.
+(EVT_PARTIAL, EVT_COMPLETE_ROOT, EVT_COMPLETE_UP, EVT_DUPLICATE, EVT_RESULT_AGAIN, EVT_RESEND_UP,
+ EVT_DOWNLINK) = (int(e) for e in (E.PARTIAL, E.COMPLETE_ROOT, E.COMPLETE_UP, E.DUPLICATE,
+                                   E.RESULT_AGAIN, E.RESEND_UP, E.DOWNLINK))
+DROP_STALE_RESULT = int(P.JobDrop.STALE_RESULT)
+ROLE_ROOT = int(P.Role.ROOT)
+
+# Events that send the slot up to the spine, and the flags each leaving packet carries.
+_UP = frozenset((EVT_COMPLETE_UP, EVT_RESEND_UP))
+_FLAGS_OUT = {int(event): FLAG_RESULT for event in E}
+_FLAGS_OUT[EVT_COMPLETE_UP] = FLAG_CONTRIB
+_FLAGS_OUT[EVT_RESEND_UP] = FLAG_CONTRIB | FLAG_RETRANS
 
 # Defaults the P4 program declares for its tables (P4Info only carries const defaults).
 INITIAL_DEFAULTS = {
@@ -127,13 +155,15 @@ class Pipeline:
     def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         """Packets (egress port, frame) that leave the switch for `frame` arriving on `port`."""
         with self.state.lock:
-            # The parser's path to parse_passing: IPv4 with ihl 5, fragment offset 0, UDP, and
-            # the PASSING port; a frame too short for the UDP header never gets there.
-            if (len(frame) >= 42 and frame[12:14] == ETH_IPV4 and frame[14] & 0x0F == 5
-                    and (frame[20] & 0x1F) == 0 and frame[21] == 0
-                    and frame[23] == 17 and frame[36:38] == _PASSING_PORT_BYTES):
+            # The parser's path to parse_passing: IPv4 without options, fragment offset 0, UDP,
+            # and the PASSING port; a frame too short for the UDP header never gets there.
+            if (len(frame) >= PASSING_OFF and frame[ETHERTYPE] == ETH_IPV4
+                    and frame[IPV4_VER_IHL] & 0x0F == IPV4_IHL
+                    and (frame[IPV4_FRAG_HI] & 0x1F) == 0 and frame[IPV4_FRAG_LO] == 0
+                    and frame[IPV4_PROTO] == IP_PROTO_UDP
+                    and frame[UDP_DPORT] == _PASSING_PORT_BYTES):
                 return self._passing(port, frame)
-            if len(frame) < 14:
+            if len(frame) < IPV4_OFF:
                 return []
             if self._guard(frame):
                 return []
@@ -143,19 +173,20 @@ class Pipeline:
     def _guard(self, frame: bytes) -> bool:
         """True if the frame is dropped as a forged result, unchecked UDP or tagged (counted)."""
         st = self.state
-        if int.from_bytes(frame[12:14], "big") in P.VLAN_TPIDS:
+        if int.from_bytes(frame[ETHERTYPE], "big") in P.VLAN_TPIDS:
             st.count("global_drops", P.GlobalDrop.TAGGED, len(frame))
             return True
-        if len(frame) < 34 or frame[12:14] != ETH_IPV4 or frame[23] != 17 \
-                or frame[20] & 0x1F or frame[21]:
+        if len(frame) < UDP_OFF or frame[ETHERTYPE] != ETH_IPV4 \
+                or frame[IPV4_PROTO] != IP_PROTO_UDP \
+                or frame[IPV4_FRAG_HI] & 0x1F or frame[IPV4_FRAG_LO]:
             return False  # not IPv4 UDP, or a later fragment (no UDP header in it)
-        if frame[14] & 0x0F != 5 or len(frame) < 42:
+        if frame[IPV4_VER_IHL] & 0x0F != IPV4_IHL or len(frame) < PASSING_OFF:
             st.count("global_drops", P.GlobalDrop.UNCHECKED_UDP, len(frame))
             return True
-        if frame[34:36] == _PASSING_PORT_BYTES:
+        if frame[UDP_SPORT] == _PASSING_PORT_BYTES:
             st.count("global_drops", P.GlobalDrop.FORGED, len(frame))
             return True
-        guard = st.tables["result_guard"].entries.get((int.from_bytes(frame[36:38], "big"),))
+        guard = st.tables["result_guard"].entries.get((int.from_bytes(frame[UDP_DPORT], "big"),))
         if guard is None:
             return False
         st.count("job_stats", guard.params["stat_idx"] * P.JOB_STATS_STRIDE
@@ -178,11 +209,7 @@ class Pipeline:
     def _passing(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         st = self.state
         nbytes = len(frame)
-        # JobAdmission: well-formedness.
-        if (nbytes < PASSING_END
-                or ipv4_checksum(frame[IPV4_OFF:IPV4_OFF + 20]) != (frame[24] << 8 | frame[25])
-                or int.from_bytes(frame[16:18], "big") != PASSING_IPV4_LEN
-                or int.from_bytes(frame[38:40], "big") != PASSING_UDP_LEN):
+        if not _well_formed(frame):
             st.count("global_drops", P.GlobalDrop.MALFORMED, nbytes)
             return []
         h = Header._make(_HDR.unpack_from(frame, PASSING_OFF))
@@ -191,23 +218,7 @@ class Pipeline:
             st.count("global_drops", P.GlobalDrop.UNKNOWN_JOB, nbytes)
             return []
         j = job.params
-        member = st.tables["membership"].entries.get((h.job_id, port))
-        kind = h.flags & (FLAG_CONTRIB | FLAG_RESULT)
-        jdrop = DROP_NONE
-        if h.flags & ~FLAGS_KNOWN & 0xFF or (kind != FLAG_CONTRIB and kind != FLAG_RESULT):
-            jdrop = P.JobDrop.BAD_FLAGS
-        elif kind == FLAG_CONTRIB:
-            if member is None:
-                jdrop = P.JobDrop.NOT_MEMBER
-            elif (h.contributor - member.params["contributor"]) & 0xFF >= member.params["count"]:
-                jdrop = P.JobDrop.BAD_CONTRIBUTOR
-        elif j["is_root"] == P.Role.ROOT or port != j["uplink_port"]:
-            jdrop = P.JobDrop.FORGED_RESULT
-        if jdrop is DROP_NONE:
-            if h.slot >= j["pool_size"]:
-                jdrop = P.JobDrop.SLOT_RANGE
-            elif h.version > 1:
-                jdrop = P.JobDrop.BAD_VERSION
+        jdrop = self._admission_drop(port, h, j)
         if jdrop is not DROP_NONE:
             st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + jdrop, nbytes)
             return []
@@ -215,95 +226,178 @@ class Pipeline:
         st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
         return out
 
+    def _admission_drop(self, port: int, h: Header, j: dict[str, int]) -> int | None:
+        """JobAdmission's verdict on a packet of a known job: why it is dropped, or DROP_NONE.
+        `j` is the job's job_config entry (set_job's parameters)."""
+        kind = h.flags & (FLAG_CONTRIB | FLAG_RESULT)
+        if h.flags & ~FLAGS_KNOWN & 0xFF or (kind != FLAG_CONTRIB and kind != FLAG_RESULT):
+            return P.JobDrop.BAD_FLAGS
+        if kind == FLAG_CONTRIB:
+            member = self.state.tables["membership"].entries.get((h.job_id, port))
+            if member is None:
+                return P.JobDrop.NOT_MEMBER
+            if (h.contributor - member.params["contributor"]) & 0xFF >= member.params["count"]:
+                return P.JobDrop.BAD_CONTRIBUTOR
+        elif j["is_root"] == ROLE_ROOT or port != j["uplink_port"]:
+            return P.JobDrop.FORGED_RESULT
+        if h.slot >= j["pool_size"]:
+            return P.JobDrop.SLOT_RANGE
+        if h.version > 1:
+            return P.JobDrop.BAD_VERSION
+        return DROP_NONE
+
     def _aggregate(self, port: int, frame: bytes, j: dict[str, int],
                    h: Header) -> tuple[int, list[tuple[int, bytes]]]:
-        """Aggregation.aggregate(): both registers read and written once, one event."""
-        st, slots = self.state, self.slots
+        """Aggregation.aggregate(): both registers read and written once, one event. The steps
+        are the P4 action's sections, in its order; each version word is the P4's
+        rdy ++ nsum ++ exp ++ count ++ bitmap, kept as an int."""
+        slots = self.slots
         idx = (j["pool_base"] + h.slot) & 0xFFFFFFFF
-        vidx = ((idx << 1) + h.version) & 0xFFFFFFFF
         if idx >= slots.capacity:
             # BMv2 would fault on an out-of-range register index; the controller never
             # configures one (JobConfig checks pool_base + pool_size <= capacity).
-            return E.DUPLICATE, []
-        word = slots.state[idx]
-        acc = slots.values[vidx]
+            return EVT_DUPLICATE, []
         gen = j["gen"]
-        if word >> 208 != gen or (word >> 144) & _MASK64 != h.session:
-            cur = oth = 0  # another job's or another session's state: empty for this packet
-        elif h.version == 1:
-            cur, oth = (word >> 72) & _MASK72, word & _MASK72
-        else:
-            cur, oth = word & _MASK72, (word >> 72) & _MASK72
+        cur, oth = _version_words(slots.state[idx], gen, h)
         mybit = (1 << h.contributor) & 0xFFFFFFFF
-        fan_in = j["fan_in"]
-        bm, ccnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
-        cex, cns, crdy = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
-
-        is_result = h.flags & FLAG_RESULT == FLAG_RESULT
-        is_new = not is_result and bm & mybit == 0
-        first = bm == 0
-        cnt = ccnt if not is_new else 1 if first else (ccnt + 1) & 0xFF
-        if is_result:
-            event = P.JobDrop.STALE_RESULT if ccnt != fan_in else E.DOWNLINK
-        elif is_new:
-            event = E.PARTIAL if cnt != fan_in else \
-                E.COMPLETE_ROOT if j["is_root"] == P.Role.ROOT else E.COMPLETE_UP
-        else:
-            event = E.RESULT_AGAIN if crdy != 0 else \
-                E.RESEND_UP if ccnt == fan_in else E.DUPLICATE
-        if event == P.JobDrop.STALE_RESULT:
+        event, is_new = _event(cur, mybit, h, j)
+        if event == DROP_STALE_RESULT:
             return event, []  # the slot is left exactly as it was, as in the P4 program
-        stored = event == E.DOWNLINK
-        overwrite = stored or (is_new and first)
-        pkt = lanes.word_from_bytes(frame[VALUES_OFF:PASSING_END])
-        vals = pkt if overwrite else lanes.swar_add(acc, pkt) if is_new else acc
-        slots.values[vidx] = vals
-        ex = h.exp if overwrite or (is_new and h.exp > cex) else cex
-        ns = h.num_contrib if overwrite else (cns + h.num_contrib) & 0xFFFF if is_new else cns
-        rdy = 1 if stored or event == E.COMPLETE_ROOT else 0 if is_new and first else crdy
-        bm = bm | mybit if is_new else bm
+        first = is_new and cur & 0xFFFFFFFF == 0
+        overwrite = event == EVT_DOWNLINK or first
+        vals = self._merge_values(((idx << 1) + h.version) & 0xFFFFFFFF, frame, overwrite,
+                                  is_new)
+        mine = _next_version_word(cur, mybit, h, event, is_new, overwrite)
+        # Joining this version means the sender has the other version's result, so its bit
+        # there is cleared: that lets the other version be reused once all have moved on.
         other = oth & ~mybit & _MASK72 if is_new else oth
-        mine = (rdy << 64) | (ns << 48) | (ex << 40) | (cnt << 32) | bm
         pair = (mine << 72) | other if h.version == 1 else (other << 72) | mine
         slots.state[idx] = (gen << 208) | (h.session << 144) | pair
-
-        # (egress port, rid): replicas carry the group's rid, an answer the asker's id.
-        level = h.level
-        if event in (E.COMPLETE_ROOT, E.DOWNLINK):
-            ports = list(st.mcast.get(j["mcast_grp"], ()))
-        elif event == E.RESULT_AGAIN:
-            ports = [(port, h.contributor)]
-        elif event in (E.COMPLETE_UP, E.RESEND_UP):
-            ports = [(j["uplink_port"], 0)]
-            level = (level + 1) & 0xFF
-        else:
+        egress = self._egress_of(port, j, h, event)
+        if not egress:
             return event, []
-        flags = FLAG_CONTRIB if event == E.COMPLETE_UP else \
-            FLAG_CONTRIB | FLAG_RETRANS if event == E.RESEND_UP else FLAG_RESULT
-        out_hdr = h._replace(flags=flags, level=level, num_contrib=ns, exp=ex)
-        values = lanes.word_to_bytes(vals)
+        return event, self._peer_rewrite(frame, egress, _leaving_header(h, event, mine),
+                                         lanes.word_to_bytes(vals))
+
+    def _merge_values(self, vidx: int, frame: bytes, overwrite: bool, is_new: bool) -> int:
+        """slot_values[vidx] after the packet, written back: its values (the spine's result, or
+        a round's first contribution), the lane-wise sum with them (a later contribution), or
+        unchanged."""
+        values = self.slots.values
+        pkt = lanes.word_from_bytes(frame[VALUES_OFF:PASSING_END])
+        acc = values[vidx]
+        vals = pkt if overwrite else lanes.swar_add(acc, pkt) if is_new else acc
+        values[vidx] = vals
+        return vals
+
+    def _egress_of(self, port: int, j: dict[str, int], h: Header,
+                   event: int) -> list[tuple[int, int]]:
+        """(egress port, rid) of every copy that leaves: the job's multicast group (replicas
+        carry the group's rid), the asker alone (rid: its id), or the uplink; none when the
+        event drops the packet (DROP_PORT)."""
+        if event == EVT_COMPLETE_ROOT or event == EVT_DOWNLINK:
+            return list(self.state.mcast.get(j["mcast_grp"], ()))
+        if event == EVT_RESULT_AGAIN:
+            return [(port, h.contributor)]
+        if event in _UP:
+            return [(j["uplink_port"], 0)]
+        return []
+
+    # -- PeerRewrite ---------------------------------------------------------------------------
+    def _peer_rewrite(self, frame: bytes, egress: list[tuple[int, int]], h: Header,
+                      values: bytes) -> list[tuple[int, bytes]]:
+        """Each copy addressed to the peer behind its (port, rid); a copy with no peer is
+        counted in egress_drops (with the arriving frame's length) and dropped."""
+        st = self.state
+        peers = st.tables["peer_rewrite"].entries
         out = []
-        for egress, rid in ports:
-            peer = st.tables["peer_rewrite"].entries.get((h.job_id, egress, rid))
+        for port, rid in egress:
+            peer = peers.get((h.job_id, port, rid))
             if peer is None:
                 st.count("egress_drops", 0, len(frame))
                 continue
-            out.append((egress, self._rewrite(frame, peer.params, out_hdr, values)))
-        return event, out
+            out.append((port, _rewrite(frame, peer.params, h, values)))
+        return out
 
-    @staticmethod
-    def _rewrite(frame: bytes, peer: dict[str, int], h: Header, values: bytes) -> bytes:
-        """PeerRewrite.set_peer, then the checksum update and the deparser: the frame's
-        IPv4 header with the peer's addresses, header `h` with the recipient's id, `values`,
-        and whatever trailed the PASSING part of the frame."""
-        ip = bytearray(frame[IPV4_OFF:IPV4_OFF + 20])
-        ip[12:16] = peer["src_ip"].to_bytes(4, "big")
-        ip[16:20] = peer["dst_ip"].to_bytes(4, "big")
-        ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
-        return b"".join((
-            peer["dst_mac"].to_bytes(6, "big"), peer["src_mac"].to_bytes(6, "big"), ETH_IPV4,
-            ip,
-            _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), frame[38:40], b"\x00\x00",
-            _HDR.pack(*h._replace(contributor=peer["contributor"])),
-            values, frame[PASSING_END:],
-        ))
+
+def _well_formed(frame: bytes) -> bool:
+    """JobAdmission's first check: the whole PASSING packet is there, with a valid IPv4
+    checksum and exactly the lengths of one."""
+    return (len(frame) >= PASSING_END
+            and ipv4_checksum(frame[IPV4_OFF:UDP_OFF])
+            == (frame[IPV4_CSUM_HI] << 8 | frame[IPV4_CSUM_LO])
+            and int.from_bytes(frame[IPV4_TOTAL_LEN], "big") == PASSING_IPV4_LEN
+            and int.from_bytes(frame[UDP_LEN], "big") == PASSING_UDP_LEN)
+
+
+def _version_words(word: int, gen: int, h: Header) -> tuple[int, int]:
+    """The slot_state word's word of the packet's version and the other version's; both zero
+    when another generation or another session wrote the slot (it reads as empty)."""
+    if word >> 208 != gen or (word >> 144) & _MASK64 != h.session:
+        return 0, 0
+    if h.version == 1:
+        return (word >> 72) & _MASK72, word & _MASK72
+    return word & _MASK72, (word >> 72) & _MASK72
+
+
+def _event(cur: int, mybit: int, h: Header, j: dict[str, int]) -> tuple[int, bool]:
+    """The packet's one event (a JobEvent, or JobDrop.STALE_RESULT), and whether it is a new
+    contribution to this version (the sender's bit not yet set)."""
+    bm, ccnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
+    fan_in = j["fan_in"]
+    if h.flags & FLAG_RESULT == FLAG_RESULT:
+        return (DROP_STALE_RESULT if ccnt != fan_in else EVT_DOWNLINK), False
+    if bm & mybit == 0:
+        cnt = 1 if bm == 0 else (ccnt + 1) & 0xFF
+        return (EVT_PARTIAL if cnt != fan_in else
+                EVT_COMPLETE_ROOT if j["is_root"] == ROLE_ROOT else EVT_COMPLETE_UP), True
+    return (EVT_RESULT_AGAIN if (cur >> 64) & 0xFF != 0 else
+            EVT_RESEND_UP if ccnt == fan_in else EVT_DUPLICATE), False
+
+
+def _next_version_word(cur: int, mybit: int, h: Header, event: int, is_new: bool,
+                       overwrite: bool) -> int:
+    """The packet's version word after it: the spine's result or a round's first contribution
+    overwrite it, a new contribution adds to it, anything else leaves it as it was (a
+    result again, once final, stays ready)."""
+    bm, cnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
+    ex, ns, rdy = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
+    if overwrite:
+        ex, ns = h.exp, h.num_contrib
+    elif is_new:
+        ex = h.exp if h.exp > ex else ex
+        ns = (ns + h.num_contrib) & 0xFFFF
+    if event == EVT_DOWNLINK or event == EVT_COMPLETE_ROOT:
+        rdy = 1
+    elif is_new and bm == 0:
+        rdy = 0
+    if is_new:
+        cnt = 1 if bm == 0 else (cnt + 1) & 0xFF
+        bm |= mybit
+    return (rdy << 64) | (ns << 48) | (ex << 40) | (cnt << 32) | bm
+
+
+def _leaving_header(h: Header, event: int, mine: int) -> Header:
+    """The header of what leaves for `event`: the slot's exponent and contributor sum from its
+    version word `mine`, the flags of a sum going up (RETRANS when sent again) or of a result,
+    one level up when going up."""
+    level = (h.level + 1) & 0xFF if event in _UP else h.level
+    return Header(h.job_id, h.slot, h.contributor, _FLAGS_OUT[event], h.version, level, h.frag,
+                  (mine >> 48) & 0xFFFF, (mine >> 40) & 0xFF, h.tag, h.session)
+
+
+def _rewrite(frame: bytes, peer: dict[str, int], h: Header, values: bytes) -> bytes:
+    """PeerRewrite.set_peer, then the checksum update and the deparser: the frame's IPv4 header
+    with the peer's addresses, header `h` with the recipient's id, `values`, and whatever
+    trailed the PASSING part of the frame."""
+    ip = bytearray(frame[IPV4_OFF:UDP_OFF])
+    ip[12:16] = peer["src_ip"].to_bytes(4, "big")
+    ip[16:20] = peer["dst_ip"].to_bytes(4, "big")
+    ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
+    return b"".join((
+        peer["dst_mac"].to_bytes(6, "big"), peer["src_mac"].to_bytes(6, "big"), ETH_IPV4,
+        ip,
+        _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), frame[UDP_LEN], b"\x00\x00",
+        _HDR.pack(h.job_id, h.slot, peer["contributor"], *h[3:]),
+        values, frame[PASSING_END:],
+    ))

@@ -136,10 +136,6 @@ class SwitchState:
             t.check_action(action, as_default=True)
             t.default = action
 
-    def lookup(self, table: str, key: tuple[int, ...]) -> Action | None:
-        """The entry's action, or None on a miss (the caller applies the default)."""
-        return self.tables[table].entries.get(key)
-
     # -- multicast ----------------------------------------------------------------------------
     def mcast_write(self, kind: str, group: int, replicas: list[tuple[int, int]]) -> None:
         with self.lock:

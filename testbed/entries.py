@@ -6,16 +6,18 @@ Addresses follow one scheme: host on port p of switch d has MAC 02:00:00:00:0d:p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.switch import SwitchConnection, Update
-from controller.tables.guard import ResultGuardTables
-from controller.tables.job_admission import JobAdmissionTables, JobConfig
-from controller.tables.peers import Peer, PeerRewriteTables
+from controller import installer
+from controller.installer import Desired
+from controller.switch import SwitchWriter
+from controller.tables.job_admission import JobConfig
+from controller.tables.peers import Peer
 from passing import packet
 from passing import protocol as P
 from testbed.scapy_layer import Passing  # noqa: F401  (binds the layer for decoding)
@@ -49,50 +51,60 @@ class Uplink:
     spine_dev: int
 
 
-def install_job(sw: SwitchConnection, dev: int, job_id: int,
+def job_entries(dev: int, job_id: int, members: dict[int, int | tuple[int, int]], *,
+                pool_base: int = 0, pool_size: int = 16, gen: int = 1, stat_idx: int = 0,
+                mcast_grp: int | None = None, uplink: Uplink | None = None,
+                member_switches: dict[int, int] | None = None, guard: bool = True,
+                agent_port_of: Callable[[int, int], int] = agent_port) -> Desired:
+    """A job's entries on switch `dev` under this module's address scheme, as the installer
+    describes them (see install_job for the parameters); agent_port_of(port, rank): the UDP
+    port a member's rank-th contributor receives results on."""
+    grp = mcast_grp if mcast_grp is not None else 100 + job_id
+    ranges = {port: m if isinstance(m, tuple) else (m, 1) for port, m in members.items()}
+    switches = member_switches or {}
+    fan_in = sum(n for _, n in ranges.values()) + len(switches)
+    d = Desired(JobConfig(job_id, pool_base, pool_size, fan_in, grp, gen,
+                          int(uplink is None), uplink.port if uplink else 0, stat_idx))
+    for port, (first, count) in ranges.items():
+        d.members[port] = (first, count)
+        for rank in range(count):
+            udp_port = agent_port_of(port, rank)
+            d.peers[port, first + rank] = Peer(host_mac(dev, port), switch_mac(dev),
+                                               host_ip(dev, port), switch_ip(dev), udp_port,
+                                               first + rank)
+            d.replicas.append((port, first + rank))
+            if guard:
+                d.guards[udp_port] = stat_idx
+    # A spine numbers its member switches after its hosts, in the dict's order.
+    for cid, (port, tor_dev) in enumerate(switches.items(), start=fan_in - len(switches)):
+        d.members[port] = (cid, 1)
+        d.peers[port, cid] = Peer(switch_mac(tor_dev), switch_mac(dev), switch_ip(tor_dev),
+                                  switch_ip(dev), P.PASSING_UDP_PORT, cid)
+        d.replicas.append((port, cid))
+    if uplink is not None:
+        d.peers[uplink.port, 0] = Peer(switch_mac(uplink.spine_dev), switch_mac(dev),
+                                       switch_ip(uplink.spine_dev), switch_ip(dev),
+                                       P.PASSING_UDP_PORT, uplink.contributor)
+    return d
+
+
+def install_job(sw: SwitchWriter, dev: int, job_id: int,
                 members: dict[int, int | tuple[int, int]], *,
                 pool_base: int = 0, pool_size: int = 16, gen: int = 1, stat_idx: int = 0,
                 mcast_grp: int | None = None, uplink: Uplink | None = None,
                 member_switches: dict[int, int] | None = None,
                 guard: bool = True) -> JobConfig:
-    """members: port -> contributor id of a host, or (first id, count) for a host whose ranks
+    """Install a job on switch `dev` with the controller's installer (all entries or none).
+    members: port -> contributor id of a host, or (first id, count) for a host whose ranks
     stream on their own (switch-only INA; rank i receives on agent_port(port, i));
     member_switches: port -> (ToR) device id of member switches (at a spine: their contributor
     id is the key's position in the dict order); guard: reserve the agents' result ports
     (result_guard), as the controller does."""
-    grp = mcast_grp if mcast_grp is not None else 100 + job_id
-    ranges = {port: m if isinstance(m, tuple) else (m, 1) for port, m in members.items()}
-    fan_in = sum(n for _, n in ranges.values()) + len(member_switches or {})
-    cfg = JobConfig(job_id, pool_base, pool_size, fan_in, grp, gen,
-                    int(uplink is None), uplink.port if uplink else 0, stat_idx)
-    adm, peers = JobAdmissionTables(sw), PeerRewriteTables(sw)
-    ups = [adm.job_update(Update.INSERT, cfg)]
-    replicas = []
-    for port, (first, count) in ranges.items():
-        ups.append(adm.member_update(Update.INSERT, job_id, port, first, count))
-        for rank in range(count):
-            ups.append(peers.peer_update(Update.INSERT, job_id, port, first + rank, Peer(
-                host_mac(dev, port), switch_mac(dev), host_ip(dev, port), switch_ip(dev),
-                agent_port(port, rank), first + rank)))
-            replicas.append((port, first + rank))
-            if guard:
-                ups.append(ResultGuardTables(sw).guard_update(Update.INSERT,
-                                                              agent_port(port, rank), stat_idx))
-    base = fan_in - len(member_switches or {})
-    for i, (port, tor_dev) in enumerate((member_switches or {}).items()):
-        cid = base + i
-        ups.append(adm.member_update(Update.INSERT, job_id, port, cid))
-        ups.append(peers.peer_update(Update.INSERT, job_id, port, cid, Peer(
-            switch_mac(tor_dev), switch_mac(dev), switch_ip(tor_dev), switch_ip(dev),
-            P.PASSING_UDP_PORT, cid)))
-        replicas.append((port, cid))
-    if uplink is not None:
-        ups.append(peers.peer_update(Update.INSERT, job_id, uplink.port, 0, Peer(
-            switch_mac(uplink.spine_dev), switch_mac(dev), switch_ip(uplink.spine_dev),
-            switch_ip(dev), P.PASSING_UDP_PORT, uplink.contributor)))
-    ups.append(sw.multicast_update(Update.INSERT, grp, replicas))
-    sw.write(ups)
-    return cfg
+    d = job_entries(dev, job_id, members, pool_base=pool_base, pool_size=pool_size, gen=gen,
+                    stat_idx=stat_idx, mcast_grp=mcast_grp, uplink=uplink,
+                    member_switches=member_switches, guard=guard)
+    installer.install(sw, d)
+    return d.job
 
 
 # The session of the test's own agents, unless a test says otherwise.

@@ -1,6 +1,7 @@
 """The software switch's pipeline driven in-process: host agents exchange UDP payloads with it
 through queues, with optional random loss on every link in both directions. No sockets, no
-root: for testing the agents' window and loss recovery against the real pipeline logic."""
+root: for testing the agents' window and loss recovery against the real pipeline logic. The job
+is installed by the controller's installer through the model's P4Runtime service, in-process."""
 
 from __future__ import annotations
 
@@ -8,23 +9,40 @@ import queue
 import random
 import socket
 import threading
+from collections.abc import Iterable
 
 import numpy as np
+from google.rpc import code_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.tables.job_admission import JobConfig
+from controller import installer
+from controller.switch import SwitchWriter, Update, WriteError
 from passing import protocol as P
-from passing.p4info import encode_value, load_p4info
+from passing.p4info import P4InfoIndex, load_p4info
+from switch_model.p4runtime_server import P4RuntimeService
 from switch_model.pipeline import PASSING_OFF, Pipeline
-from switch_model.state import Action
-from testbed.entries import agent_port, host_ip, host_mac, switch_ip, switch_mac
+from testbed.entries import agent_port, host_ip, host_mac, job_entries, switch_ip, switch_mac
 
 DEV = 0
 
 
-def _int(value: str, bits: int) -> int:
-    return int.from_bytes(encode_value(value, bits), "big")
+class InProcessConnection(SwitchWriter):
+    """Writes P4Runtime updates to a switch model's P4Runtime service in this process, without
+    gRPC: the service applies them as it applies a Write, so the controller's installer and
+    its messages program an in-process model exactly as they program a switch over the
+    network."""
+
+    def __init__(self, service: P4RuntimeService, name: str = "loopback"):
+        super().__init__(name, P4InfoIndex(service.own_p4info))
+        self.service = service
+
+    def write(self, updates: Iterable[Update]) -> None:
+        ups = list(updates)
+        failures = [(i, code_pb2.Code.Name(err[0]), err[1])
+                    for i, err in enumerate(self.service.apply_updates(ups)) if err is not None]
+        if failures:
+            raise WriteError.of(self.name, ups, failures)
 
 
 class LoopbackSwitch:
@@ -34,30 +52,20 @@ class LoopbackSwitch:
 
     def __init__(self, hosts: int, job_id: int = 1, slots: int = 16, loss: float = 0.0,
                  seed: int = 0, ranks: int = 1, agent_udp_port: int | None = None):
-        self.pipe = Pipeline.from_p4info(load_p4info())
+        info = load_p4info()
+        self.pipe = Pipeline.from_p4info(info)
+        self.service = P4RuntimeService(self.pipe, DEV, info)
         self.job_id, self.slots, self.loss = job_id, slots, loss
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.queues = {p: queue.Queue() for p in range(1, hosts + 1)}
         self.delivered = self.dropped = 0
-        st = self.pipe.state
         self.ranks = ranks
-        cfg = JobConfig(job_id, 0, slots, hosts * ranks, 9, 1, 1, 0, 0)
-        st.insert("job_config", (job_id,), Action("set_job", {
-            k: v for k, v in cfg.__dict__.items() if k != "job_id"}))
-        replicas = []
-        for p in self.queues:
-            first = (p - 1) * ranks
-            st.insert("membership", (job_id, p), Action("set_member", {"contributor": first,
-                                                                       "count": ranks}))
-            for r in range(ranks):
-                dst_port = agent_udp_port + r if agent_udp_port else agent_port(p, r)
-                st.insert("peer_rewrite", (job_id, p, first + r), Action("set_peer", {
-                    "dst_mac": _int(host_mac(DEV, p), 48), "src_mac": _int(switch_mac(DEV), 48),
-                    "dst_ip": _int(host_ip(DEV, p), 32), "src_ip": _int(switch_ip(DEV), 32),
-                    "dst_port": dst_port, "contributor": first + r}))
-                replicas.append((p, first + r))
-        st.mcast_write("INSERT", 9, replicas)
+        self.entries = job_entries(
+            DEV, job_id, {p: ((p - 1) * ranks, ranks) for p in self.queues}, pool_size=slots,
+            mcast_grp=9, guard=False,
+            agent_port_of=(lambda p, r: agent_udp_port + r) if agent_udp_port else agent_port)
+        installer.install(InProcessConnection(self.service), self.entries)
 
     def _lost(self) -> bool:
         return self.loss > 0 and self.rng.random() < self.loss

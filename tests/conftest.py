@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
 import pytest
 
-from passing.pipeline_files import REPO as ROOT
+from passing import p4build
 from testbed.fabric import Fabric
 
 TARGETS = ["model", "bmv2"]
@@ -37,7 +36,7 @@ def skip_reason(target: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def built_pipeline() -> None:
-    subprocess.run(["make", "-s", "build"], cwd=ROOT, check=True)
+    p4build.build()
 
 
 @pytest.fixture(params=TARGETS)
@@ -63,17 +62,21 @@ def _fabric_cache(tmp_path_factory):
     _fabrics.clear()
 
 
+def reset_fabric(layout: str, target: str, tmp_path_factory) -> Fabric:
+    """The cached fabric of that layout on that target (started on first use), reset; the
+    caller holds `_fabric_cache`, which closes them at the end of the session."""
+    key = (layout, target)
+    if key not in _fabrics:
+        switches, links = LAYOUTS[layout]
+        logs = tmp_path_factory.mktemp("switch-logs") \
+            if os.environ.get("PASSING_SWITCH_LOGS") else None
+        _fabrics[key] = Fabric(target, switches, links, log_dir=logs)
+    fabric = _fabrics[key]
+    fabric.reset()
+    return fabric
+
+
 @pytest.fixture
 def fabric_of(target, _fabric_cache, tmp_path_factory):
     """fabric_of(layout) -> a reset Fabric of that layout on the current target."""
-    def get(layout: str) -> Fabric:
-        key = (layout, target)
-        if key not in _fabric_cache:
-            switches, links = LAYOUTS[layout]
-            logs = tmp_path_factory.mktemp("switch-logs") \
-                if os.environ.get("PASSING_SWITCH_LOGS") else None
-            _fabric_cache[key] = Fabric(target, switches, links, log_dir=logs)
-        fabric = _fabric_cache[key]
-        fabric.reset()
-        return fabric
-    return get
+    return lambda layout: reset_fabric(layout, target, tmp_path_factory)

@@ -8,6 +8,7 @@ host, and the Mininet CLI with PASSING commands:
     loss NODE1 NODE2 PERCENT         random loss on that link, both directions (0 removes it)
 
     sudo .venv/bin/python -m topologies.run --topo topologies/star.json --target auto
+    sudo python -m topologies.run --topo leafspine     # a shipped topology, by name
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mininet.log import setLogLevel
 from bench.agent import STRATEGIES
 from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
+from passing.pipeline_files import topology_file
 from topologies.network import PassingNetwork
 
 
@@ -99,9 +101,19 @@ class PassingCLI(CLI):
             print(f"usage: loss NODE1 NODE2 PERCENT ({e})")
 
 
+def _topology_path(arg: str) -> Path:
+    """A file as given, else a shipped topology of that name (so an installed package runs
+    without a checkout)."""
+    path = Path(arg)
+    if path.exists() or path.suffix or len(path.parts) > 1:
+        return path
+    return topology_file(arg)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Run a PASSING topology in Mininet.")
-    ap.add_argument("--topo", required=True, help="topology file (topologies/*.json)")
+    ap.add_argument("--topo", required=True,
+                    help="topology file, or the name of a shipped one (star, leafspine)")
     ap.add_argument("--target", default="auto", help="auto, bmv2 or model (default auto)")
     ap.add_argument("--run-dir", default=None, help="logs, state (default runs/<topology>)")
     ap.add_argument("--window", type=int, default=64, help="slots of the default job")
@@ -111,13 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cli", action="store_true", help="set up, run one allreduce, stop")
     args = ap.parse_args(argv)
     try:
-        topo = load(args.topo)
-    except TopologyError as e:
+        topo_path = _topology_path(args.topo)
+        topo = load(topo_path)
+    except (TopologyError, FileNotFoundError) as e:
         print(f"run-topology: {e}", file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir or f"runs/{topo.name}")
     setLogLevel("warning")
-    pnet = PassingNetwork(topo, Path(args.topo), args.target, run_dir, pcap=args.pcap,
+    pnet = PassingNetwork(topo, topo_path, args.target, run_dir, pcap=args.pcap,
                           log=args.log)
     print(f"*** target {pnet.target} ({pnet.target_reason}); logs and state in {run_dir}")
     try:

@@ -12,87 +12,25 @@ Exit codes: 0 correct result, 1 wrong result or the switch did not answer, 2 bad
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import json
 import multiprocessing as mp
 import os
-import re
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bench.agent import STRATEGIES
-from passing import protocol as P
+from bench.agent.check import expected_sum, rank_tensor
+from bench.sizes import parse_size
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
            "  passing-agent --params job7.json --host h1 --size 4M --iters 5")
-
-
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"(\d+)([KkMm]?)", text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"size must be a number of float32 values with an "
-                                         f"optional K or M suffix (e.g. 4M), got {text!r}")
-    n = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20}[m.group(2).lower()]
-    if n < 1:
-        raise argparse.ArgumentTypeError("size must be at least 1")
-    return n
-
-
-def rank_tensor(seed: int, host_index: int, rank: int, n: int) -> np.ndarray:
-    return np.random.default_rng([seed, host_index, rank]).standard_normal(n).astype(np.float32)
-
-
-# float32's unit roundoff: the relative error of one rounding to float32.
-_U32 = 2.0 ** -24
-
-
-def expected_sum(params: dict, seed: int, n: int,
-                 strategy: str = "passing") -> tuple[np.ndarray, np.ndarray, int]:
-    """(exact float64 sum over every rank of every host, the largest error per element a
-    correct `strategy` may make, contributors).
-
-    The bound adds what each stage may lose: float32 sums of partial results (the local reduce
-    of `passing`, every step of the baselines), the fixed point of the switch strategies
-    (host_agent.fixed_point.error_bound, with one bit of margin because the float32 local sum
-    may round across a power of two and so raise a block's exponent), and the final rounding
-    of the float64 result to float32. Losing more than that is a wrong sum."""
-    from host_agent import fixed_point as fx
-
-    total = np.zeros(n)
-    magnitude = np.zeros(n)  # sum of |x| over every rank: bounds any partial sum
-    stream_blocks = []  # per stream, per block of K: its largest magnitude
-    count = 0
-    nfrag = -(-n // P.K)
-    for idx, (_, h) in enumerate(sorted(params["hosts"].items())):
-        host_sum = np.zeros(n)
-        for g in range(h.get("local_gpus", 1)):
-            t = rank_tensor(seed, idx, g, n).astype(np.float64)
-            total += t
-            magnitude += np.abs(t)
-            host_sum += t
-            count += 1
-            if strategy == "ina":
-                stream_blocks.append(_block_peaks(t, nfrag))
-        if strategy == "passing":
-            stream_blocks.append(_block_peaks(host_sum, nfrag))
-    tol = count * _U32 * magnitude + _U32 * np.abs(total)
-    if stream_blocks:
-        peaks = np.max(stream_blocks, axis=0)
-        # One bit of margin doubles the bound (bumping the exp field instead would wrap the
-        # largest exponent into POISON, an infinite bound).
-        per_block = 2 * fx.error_bound(fx.block_exponents(peaks.reshape(-1, 1)),
-                                       len(stream_blocks))
-        tol += np.repeat(per_block, P.K)[:n]
-    return total, tol, count
-
-
-def _block_peaks(x: np.ndarray, nfrag: int) -> np.ndarray:
-    blocks = np.zeros(nfrag * P.K)
-    blocks[:x.size] = np.abs(x)
-    return blocks.reshape(nfrag, P.K).max(axis=1)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -225,23 +163,36 @@ def _train(allreduce, ranks, args: dict, stats) -> dict:
     return res
 
 
-def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
-        timeout: float, min_rto: float = 0.02, strategy: str = "passing",
-        ifname: str | None = None, rendezvous_port: int | None = None,
-        train_steps: int = 0, global_batch: int = 0, rendezvous_timeout: float = 60.0) -> dict:
-    """Timed all-reduces of `size` values (or, with train_steps, data-parallel training of the
-    digits MLP for that many steps); the leader's report."""
+@dataclass(frozen=True)
+class RunOptions:
+    """What one passing-agent run does on its host (the command line's options)."""
+
+    size: int = 1 << 20  # float32 values per tensor
+    iters: int = 3
+    seed: int = 0
+    rto: float = 0.05
+    timeout: float = 10.0
+    min_rto: float = 0.02
+    strategy: str = "passing"
+    ifname: str | None = None
+    rendezvous_port: int | None = None  # None: 29500 + job id
+    rendezvous_timeout: float = 60.0
+    train_steps: int = 0  # > 0: train the digits MLP instead of timed all-reduces
+    global_batch: int = 0  # 0: 8 x ranks
+
+
+def run(params: dict, host: str, opts: RunOptions) -> dict:
+    """Timed all-reduces of `opts.size` values (or, with train_steps, data-parallel training of
+    the digits MLP for that many steps) on `host` of the job `params`; the leader's report."""
     gpus = params["hosts"][host].get("local_gpus", 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    job = {"params": params, "host": host, "size": size, "iters": iters, "seed": seed,
-           "rto": rto, "min_rto": min_rto, "timeout": timeout, "strategy": strategy,
-           "ifname": ifname, "train_steps": train_steps, "global_batch": global_batch,
-           "rendezvous_port": rendezvous_port or 29500 + params["job_id"] % 1000,
-           "rendezvous_timeout": rendezvous_timeout, "parent_pid": os.getpid()}
+    job = {**dataclasses.asdict(opts), "params": params, "host": host,
+           "rendezvous_port": opts.rendezvous_port or 29500 + params["job_id"] % 1000,
+           "parent_pid": os.getpid()}
     procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
     for p in procs:
         p.start()
@@ -249,20 +200,20 @@ def run(params: dict, host: str, size: int, iters: int, seed: int, rto: float,
         # The leader's report says most (its error names the switch); others only if it has none.
         reports = []
         while not any(r.get("rank") == 0 for r in reports) and len(reports) < gpus:
-            reports.append(out.get(timeout=timeout * (iters + 2) + rendezvous_timeout + 120
-                                   + 2 * train_steps))
+            reports.append(out.get(timeout=opts.timeout * (opts.iters + 2)
+                                   + opts.rendezvous_timeout + 120 + 2 * opts.train_steps))
         res = next((r for r in reports if r.get("rank") == 0), reports[0])
     finally:
         for p in procs:
-            p.join(timeout + 10)
+            p.join(opts.timeout + 10)
             if p.is_alive():
                 p.kill()
-    if not res["ok"] or train_steps:
+    if not res["ok"] or opts.train_steps:
         return res
     mean = float(np.mean(res["times"]))
-    nbytes = size * 4
-    res.update({"host": host, "local_ranks": gpus, "size": size, "bytes": nbytes,
-                "iters": iters, "mean_s": mean, "goodput_gbps": nbytes * 8 / mean / 1e9,
+    nbytes = opts.size * 4
+    res.update({"host": host, "local_ranks": gpus, "size": opts.size, "bytes": nbytes,
+                "iters": opts.iters, "mean_s": mean, "goodput_gbps": nbytes * 8 / mean / 1e9,
                 "correct": res["wrong_values"] == 0})
     return res
 
@@ -320,9 +271,16 @@ def main(argv: list[str] | None = None) -> int:
                  f"{mode} (passing-ctl job create --mode {args.strategy})")
     if args.train < 0:
         ap.error("--train must be a number of steps (0: no training)")
-    res = run(params, args.host, args.size, args.iters, args.seed, args.rto, args.timeout,
-              args.min_rto, args.strategy, args.ifname, args.rendezvous_port, args.train,
-              args.global_batch, args.rendezvous_timeout)
+    if args.train and importlib.util.find_spec("sklearn") is None:
+        # Said here, once, rather than by every rank as an ImportError.
+        ap.error("--train needs scikit-learn (its digits data set is the training data): "
+                 "pip install 'passing[bench]' or pip install scikit-learn")
+    opts = RunOptions(size=args.size, iters=args.iters, seed=args.seed, rto=args.rto,
+                      timeout=args.timeout, min_rto=args.min_rto, strategy=args.strategy,
+                      ifname=args.ifname, rendezvous_port=args.rendezvous_port,
+                      rendezvous_timeout=args.rendezvous_timeout, train_steps=args.train,
+                      global_batch=args.global_batch)
+    res = run(params, args.host, opts)
     if args.json:
         print(json.dumps(res))
     elif not res["ok"]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.analytic import PASSING_FRAME, TCP_FRAME, TCP_MSS, Fabric, Rates, predict
+from bench.analytic import TCP_FRAME, TCP_MSS, FabricModel, Rates, predict
+from passing import protocol as P
 
 FAST = Rates(switch_agg_pps=1e9, switch_fwd_pps=1e9, agent_pps=1e9)
 MIB = 1 << 20
@@ -12,19 +13,19 @@ MIB = 1 << 20
 
 def test_passing_link_time_is_its_packets_on_the_wire():
     # 1 MiB = 4096 blocks of 64 values, plus 64 exponent packets (one per slot of the window).
-    p = predict("passing", Fabric((4,), 2, 10e6), MIB, FAST, window=64)
-    assert p.host_link_bytes == (4096 + 64) * PASSING_FRAME == 322 * 4160
-    assert p.seconds == pytest.approx(322 * 4160 * 8 / 10e6) and p.bound == "link"
+    p = predict("passing", FabricModel((4,), 2, 10e6), MIB, FAST, window=64)
+    assert p.host_link_bytes == (4096 + 64) * P.FRAME_BYTES
+    assert p.seconds == pytest.approx(P.FRAME_BYTES * 4160 * 8 / 10e6) and p.bound == "link"
 
 
 def test_ina_sends_one_stream_per_gpu():
-    fab = Fabric((4,), 4, 10e6)
+    fab = FabricModel((4,), 4, 10e6)
     assert predict("ina", fab, MIB, FAST).host_link_bytes == \
         4 * predict("passing", fab, MIB, FAST).host_link_bytes
 
 
 def test_ring_carries_2_p_minus_1_over_p_and_ps_the_other_ranks():
-    fab = Fabric((4,), 2, 10e6)
+    fab = FabricModel((4,), 2, 10e6)
     ring = predict("ring", fab, MIB, FAST)
     assert ring.host_link_bytes == pytest.approx(2 * 7 / 8 * MIB / TCP_MSS * TCP_FRAME)
     hier = predict("hier-ring", fab, MIB, FAST)
@@ -36,13 +37,13 @@ def test_ring_carries_2_p_minus_1_over_p_and_ps_the_other_ranks():
 
 def test_a_slow_switch_is_the_bound_and_the_spine_sees_one_stream_per_rack():
     slow = Rates(switch_agg_pps=1000, switch_fwd_pps=1e9, agent_pps=1e9, cores=64)
-    p = predict("passing", Fabric((2, 2), 2, 1e9, 1e9), MIB, slow)
+    p = predict("passing", FabricModel((2, 2), 2, 1e9, 1e9), MIB, slow)
     # A ToR: 2 hosts' streams plus the spine's results = 3 streams of 4160 packets.
     assert p.bound == "switch" and p.switch_s == pytest.approx(3 * 4160 / 1000)
     assert p.switch_packets == 2 * 3 * 4160 + 2 * 4160
 
 
 def test_one_host_needs_no_link_for_tcp_and_unknown_strategies_are_refused():
-    assert predict("ring", Fabric((1,), 4, 1e6), MIB, FAST).seconds == 0.0
+    assert predict("ring", FabricModel((1,), 4, 1e6), MIB, FAST).seconds == 0.0
     with pytest.raises(ValueError, match="no model"):
-        predict("allgather", Fabric((2,), 1, 1e6), MIB, FAST)
+        predict("allgather", FabricModel((2,), 1, 1e6), MIB, FAST)

@@ -7,14 +7,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from passing.pipeline_files import REPO
+# bench.switch_pps uses testbed/, the test harness, which is importable from the checkout only.
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
 
 

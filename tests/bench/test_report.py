@@ -12,16 +12,8 @@ import pytest
 
 from bench import report
 from bench.plots import make_plots, time_plot_groups
-from bench.report import (
-    ALLREDUCE_COLUMNS,
-    BEGIN,
-    END,
-    TRAINING_COLUMNS,
-    group_runs,
-    load_allreduce,
-    summary,
-    write_report,
-)
+from bench.report import BEGIN, END, summary, write_report
+from bench.results import ALLREDUCE_COLUMNS, TRAINING_COLUMNS, group_runs, load_allreduce
 
 KIB, MIB = 1024, 1024 * 1024
 SIZES = (KIB, 64 * KIB, MIB)

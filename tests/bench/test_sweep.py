@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from bench.agent import STRATEGIES
-from passing.pipeline_files import REPO
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
 
@@ -21,7 +20,7 @@ def test_quick_sweep_checks_every_strategy_and_writes_the_report(tmp_path):
     out = tmp_path / "bench"
     report = tmp_path / "benchmarks.md"
     res = subprocess.run([sys.executable, "-m", "bench.sweep", "--quick", "--out", str(out),
-                          "--report", str(report)], cwd=REPO, capture_output=True, text=True,
+                          "--report", str(report)], capture_output=True, text=True,
                          timeout=900)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     with (out / "allreduce.csv").open() as fh:

@@ -3,7 +3,9 @@ which one it talks to."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.switch import SwitchConnection, SwitchError, Update
 from controller.tables.job_admission import JobAdmissionTables, JobConfig
@@ -15,9 +17,17 @@ JOB = JobConfig(job_id=5, pool_base=0, pool_size=4, fan_in=2, mcast_grp=9, gen=1
 
 
 def test_register_access_is_unimplemented(star):
-    conn = star["s1"].conn
-    with pytest.raises(SwitchError, match="UNIMPLEMENTED"):
-        conn.read_register("slot_state", 0)
+    """Both targets refuse registers over P4Runtime: tests read them through each target's
+    own side door (Fabric.register_read)."""
+    sw = star["s1"]
+    req = p4runtime_pb2.ReadRequest(device_id=sw.device_id)
+    entry = req.entities.add().register_entry
+    entry.register_id = sw.conn.info.register("slot_state").preamble.id
+    entry.index.index = 0
+    with grpc.insecure_channel(sw.grpc_address) as channel:
+        with pytest.raises(grpc.RpcError) as e:
+            list(p4runtime_pb2_grpc.P4RuntimeStub(channel).Read(req, timeout=10))
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_duplicate_insert_and_missing_delete_are_reported_per_update(star):

@@ -437,6 +437,15 @@ class AllocatorMachine(RuleBasedStateMachine):
                 assert pool.base // self.share == (pool.end - 1) // self.share
 
     @invariant()
+    def largest_grant_is_what_a_request_can_get(self):
+        grant = self.a.largest_grant()
+        job = max(self.model, default=0) + 1  # holds no pool
+        assert grant == 0 or self._expected(job, grant, None) is not None
+        assert self._expected(job, grant + 1, None) is None
+        with_minimum = self._expected(job, self.capacity, 1)
+        assert (with_minimum.size if with_minimum else 0) == grant
+
+    @invariant()
     def state_restores_identically(self):
         again = SlotAllocator("sw", self.capacity, self.max_jobs, self.a.allocations())
         assert again.free_ranges() == self.a.free_ranges()

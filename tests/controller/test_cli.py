@@ -14,7 +14,7 @@ from scapy.layers.l2 import Ether
 from controller.cli import build_parser, main
 from controller.topology import load
 from passing import protocol as P
-from passing.pipeline_files import REPO
+from tests import REPO
 
 SUBCOMMANDS = [["switches"], ["prepare"], ["job"], ["job", "create"], ["job", "delete"],
                ["job", "list"], ["job", "show"], ["slots"], ["stats"], ["reconcile"]]
@@ -47,8 +47,8 @@ def ctl(capsys, config, *args) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_operator_session(fabric_of, tmp_path, capsys):
-    fabric = fabric_of("star")
+def test_operator_session(switches_of, tmp_path, capsys):
+    fabric = switches_of("star")
     cfg = write_config(tmp_path, fabric)
     code, out, _ = ctl(capsys, cfg, "switches")
     assert code == 0 and "s1" in out and "pipeline loaded" in out

@@ -1,5 +1,7 @@
 """The controller against live switches (the model always, BMv2 when installed) over gRPC:
-forwarding, jobs in one rack and across racks, many jobs, rollback, restart and reconcile."""
+forwarding, jobs in one rack and across racks, many jobs, rollback, restart and reconcile.
+Tests that send frames use `make_controller` (switch processes, root); the others
+`make_control` (the model in-process, no root; BMv2 processes)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from controller.tables.job_admission import JobAdmissionTables, JobConfig
 from controller.topology import load
 from passing import packet
 from passing import protocol as P
-from passing.pipeline_files import REPO
 from testbed.scapy_layer import Passing  # noqa: F401  (decodes results)
+from tests import REPO
 
 
 def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0) -> bytes:
@@ -88,8 +90,8 @@ def test_job_spanning_racks_gets_pools_on_both_tors_and_the_spine(make_controlle
     allreduce(ctl, fabric, 3, ["h3", "h4"], seed=3)
 
 
-def test_many_jobs_never_overlap_and_deleting_frees(make_controller):
-    ctl, fabric = make_controller("star")
+def test_many_jobs_never_overlap_and_deleting_frees(make_control):
+    ctl, fabric = make_control("star")
     rng = np.random.default_rng(7)
     live = {}
     for jid in range(1, 30):
@@ -108,8 +110,8 @@ def test_many_jobs_never_overlap_and_deleting_frees(make_controller):
         ctl.create_job(JobSpec(29, ("h1",), window=1))
 
 
-def test_job_that_does_not_fit(make_controller):
-    ctl, _ = make_controller("star")
+def test_job_that_does_not_fit(make_control):
+    ctl, _ = make_control("star")
     with pytest.raises(ControllerError, match="equal share|share"):
         ctl.create_job(JobSpec(4, ("h1", "h2"), window=4000))
     rec = ctl.create_job(JobSpec(4, ("h1", "h2"), window=4000, min_window=100))
@@ -118,8 +120,8 @@ def test_job_that_does_not_fit(make_controller):
         ctl.create_job(JobSpec(5, ("h1", "h9"), window=4))
 
 
-def test_failed_install_rolls_back_every_switch(make_controller):
-    ctl, fabric = make_controller("leafspine")
+def test_failed_install_rolls_back_every_switch(make_control):
+    ctl, fabric = make_control("leafspine")
     ctl.prepare("spine")
     # Behind the controller's back, the spine already holds an entry for job 6 (the last
     # switch the controller writes): installing there fails after both ToRs were written.
@@ -177,11 +179,12 @@ def test_unreachable_switch_is_a_clear_error(tmp_path):
         ctl.close()
 
 
-def test_controller_killed_mid_create_is_completed_by_reconcile(make_controller, tmp_path,
+def test_controller_killed_mid_create_is_completed_by_reconcile(make_control, tmp_path,
                                                                 monkeypatch):
     """The process dies after the first switch of a three-switch job: the job is on disk, and
-    the next controller's reconcile installs the rest; nothing is lost or duplicated."""
-    ctl, fabric = make_controller("leafspine")
+    the next controller's reconcile installs the rest; nothing is lost or duplicated. (That a
+    reconciled job sums is test_restart_loses_nothing_and_reconcile_reinstalls' part.)"""
+    ctl, fabric = make_control("leafspine")
     from controller import installer
     real_install = installer.install
     calls = []
@@ -198,10 +201,11 @@ def test_controller_killed_mid_create_is_completed_by_reconcile(make_controller,
     monkeypatch.setattr(installer, "install", real_install)
     ctl.close()
     assert calls == ["tor1"]
-    ctl2, _ = make_controller("leafspine", state=tmp_path / "state.sqlite", fabric=fabric)
+    ctl2, _ = make_control("leafspine", state=tmp_path / "state.sqlite", fabric=fabric)
     assert [j.job_id for j in ctl2.store.jobs()] == [9]
     report = ctl2.reconcile()
     assert report["tor1"]["repaired"] == [] and report["spine"]["repaired"]
     assert all(JobAdmissionTables(fabric[s].conn).jobs().keys() == {9}
                for s in ("tor1", "tor2", "spine"))
-    allreduce(ctl2, fabric, 9, ["h1", "h2", "h3", "h4"])
+    again = ctl2.reconcile(fix=False)
+    assert all(not r["repaired"] and not r["stray"] and not r["errors"] for r in again.values())

@@ -1,6 +1,7 @@
 """Agent ports and the result guard, against live switches (the model always, BMv2 when
 installed): every job gets its own range of agent ports, every switch of a job guards them, and
-install, delete, reconcile and a lost state file all keep the guard entries right."""
+install, delete, reconcile and a lost state file all keep the guard entries right. Tests that
+send frames use `make_controller` (root), the others `make_control` (no root on the model)."""
 
 from __future__ import annotations
 
@@ -81,8 +82,8 @@ def test_adjacent_ina_jobs_get_disjoint_agent_ports(make_controller, tmp_path):
     assert all(not r["repaired"] and not r["stray"] for r in ctl2.reconcile().values())
 
 
-def test_explicit_agent_ports_must_not_overlap_another_job(make_controller):
-    ctl, fabric = make_controller("star")
+def test_explicit_agent_ports_must_not_overlap_another_job(make_control):
+    ctl, fabric = make_control("star")
     ctl.create_job(JobSpec(1, ("h1", "h2"), window=4, mode="ina", agent_port=41000))
     with pytest.raises(ControllerError, match=r"job 2: agent ports 41001-41002 overlap job 1's "
                                               r"agent ports 41000-41001; pass another"):
@@ -132,13 +133,29 @@ def test_every_switch_of_a_job_guards_its_agent_ports(make_controller):
     assert [Ether(f)[UDP].dport for f in port_of(ctl, fabric, "h1").recv(1, 2)] == [base + 1]
 
 
-def test_reconcile_repairs_guards_and_reports_unknown_ones(make_controller):
-    ctl, fabric = make_controller("star")
+def spoil_guards(ctl: Controller) -> int:
+    """Job 1 (ina, h1 and h2) on s1, then behind the controller's back one of its guards
+    deleted and the other counting into another job's row; returns the job's stat_idx."""
     idx = ctl.create_job(JobSpec(1, ("h1", "h2"), window=4, mode="ina")).pools[0].stat_idx
+    g = ResultGuardTables(ctl.conn("s1"))
+    ctl.conn("s1").write([g.guard_delete(61001), g.guard_update(Update.MODIFY, 61000, idx + 3)])
+    return idx
+
+
+def test_repaired_guards_drop_forged_results_again(make_controller):
+    ctl, fabric = make_controller("star")
+    spoil_guards(ctl)
+    ctl.reconcile()
+    port_of(ctl, fabric, "h3").send(udp(ctl, "h3", "h1", 61001))
+    assert port_of(ctl, fabric, "h1").recv(1, 1) == []
+    assert ctl.stats(1)["s1"]["drops_forged_result"] == 1
+
+
+def test_reconcile_repairs_guards_and_reports_unknown_ones(make_control):
+    ctl, _ = make_control("star")
+    idx = spoil_guards(ctl)
     conn = ctl.conn("s1")
     g = ResultGuardTables(conn)
-    # Behind the controller's back: one guard deleted, one counting into another job's row.
-    conn.write([g.guard_delete(61001), g.guard_update(Update.MODIFY, 61000, idx + 3)])
     dry = ctl.reconcile(fix=False)["s1"]
     assert dry["repaired"] == [
         f"job 1: result_guard[udp port 61000]: counts into stat_idx {idx + 3}, not {idx} "
@@ -147,9 +164,6 @@ def test_reconcile_repairs_guards_and_reports_unknown_ones(make_controller):
     assert g.guards() == {61000: idx + 3}
     assert len(ctl.reconcile()["s1"]["repaired"]) == 2
     assert g.guards() == {61000: idx, 61001: idx}
-    port_of(ctl, fabric, "h3").send(udp(ctl, "h3", "h1", 61001))
-    assert port_of(ctl, fabric, "h1").recv(1, 1) == []
-    assert ctl.stats(1)["s1"]["drops_forged_result"] == 1
     # A guard no job accounts for is reported, never removed, and never handed out.
     conn.write([g.guard_update(Update.INSERT, 61002, 5)])
     again = ctl.reconcile()["s1"]

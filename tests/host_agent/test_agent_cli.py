@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from passing.pipeline_files import REPO
 from testbed.loopback import UdpLoopbackSwitch
 
 
@@ -36,8 +35,8 @@ def params_file(tmp_path):
     sw.close()
 
 
-def agent(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bench.agent.cli", *args], cwd=REPO,
+def agent(*args: str, python: tuple[str, ...] = ("-m", "bench.agent.cli")) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *python, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -59,6 +58,15 @@ def test_bad_arguments_exit_2(params_file):
         p = agent("--params", str(params_file), *args)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 2 and message in err, err
+
+
+def test_training_without_scikit_learn_says_what_to_install(params_file):
+    # sys.modules[name] = None makes the import machinery report the package as absent.
+    hide_sklearn = ("-c", "import sys; sys.modules['sklearn'] = None; "
+                          "from bench.agent.cli import main; sys.exit(main())")
+    p = agent("--params", str(params_file), "--host", "h1", "--train", "5", python=hide_sklearn)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "--train needs scikit-learn" in err, err
 
 
 def test_a_host_alone_fails_clearly_at_the_rendezvous(params_file):

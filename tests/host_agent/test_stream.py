@@ -15,11 +15,11 @@ from passing import protocol as P
 from testbed.loopback import LoopbackSwitch, random_tensors
 
 
-def run_hosts(switch: LoopbackSwitch, tensors, calls: int = 1, slots: int = 16,
+def run_hosts(switch: LoopbackSwitch, tensors, calls: int = 1, window: int = 16,
               session: int | None = None, **cfg):
     hosts = len(tensors)
     session = session or new_session()
-    streamers = [SlotStreamer(StreamConfig(switch.job_id, p - 1, slots, hosts, session, **cfg),
+    streamers = [SlotStreamer(StreamConfig(switch.job_id, p - 1, window, hosts, session, **cfg),
                               switch.transport(p)) for p in range(1, hosts + 1)]
     results = [[None] * calls for _ in range(hosts)]
     errors = []
@@ -85,7 +85,7 @@ def test_allreduce_recovers_from_loss(loss):
 def test_window_larger_than_the_tensor_and_reused_across_calls():
     tensors = random_tensors(2, 3 * P.K, seed=2)
     switch = LoopbackSwitch(2, slots=64)
-    results, _ = run_hosts(switch, tensors, calls=5, slots=64)
+    results, _ = run_hosts(switch, tensors, calls=5, window=64)
     check(results, tensors)
 
 

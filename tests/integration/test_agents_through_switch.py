@@ -14,7 +14,7 @@ import pytest
 from controller.core import Controller, Endpoint
 from controller.job_plan import JobSpec
 from controller.topology import load
-from passing.pipeline_files import REPO
+from passing.pipeline_files import topology_file
 from testbed.fabric import Fabric
 from testbed.netns_hosts import NetnsHosts
 
@@ -24,7 +24,7 @@ def star_hosts(target, tmp_path):
     fabric = Fabric(target, {"s1": 4})
     hosts = None
     try:
-        topo = load(REPO / "topologies" / "star.json")
+        topo = load(topology_file("star"))
         hosts = NetnsHosts(fabric, topo)
         with Controller(topo, {"s1": Endpoint("s1", fabric["s1"].grpc_address, 0)},
                         tmp_path / "state.sqlite") as ctl:

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from controller.topology import load
-from passing.pipeline_files import REPO
+from tests import REPO
 from topologies.network import PassingNetwork
 
 

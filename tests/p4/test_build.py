@@ -11,8 +11,9 @@ import subprocess
 import pytest
 
 from passing.p4info import P4InfoIndex, pipeline_signature
-from passing.pipeline_files import COMMITTED_P4INFO, REPO
+from passing.pipeline_files import COMMITTED_P4INFO
 from switch_model.pipeline import INITIAL_DEFAULTS
+from tests import REPO
 
 needs_p4c = pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None,
                                reason="p4c-bm2-ss not on PATH (p4c comes from no package "

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from controller.topology import TopologyError, load, parse
-from passing.pipeline_files import REPO
+from tests import REPO
 
 STAR = json.loads((REPO / "topologies" / "star.json").read_text())
 

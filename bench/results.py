@@ -1,0 +1,201 @@
+"""The sweep's CSV files as typed rows, and how runs group: shared by bench/report.py (the
+Markdown results) and bench/plots.py (the PNGs), so both agree on what a group, the main group
+and a speedup are. csv module only, so it runs without pandas.
+
+The sweep writes `allreduce.csv` (one row per configuration and strategy) and optionally
+`training.csv`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# Fixed order everywhere (tables, legends), PASSING first; unknown strategies follow sorted.
+STRATEGY_ORDER = ("passing", "ina", "ring", "hier-ring", "ps")
+
+ALLREDUCE_COLUMNS = (
+    "topology", "target", "strategy", "hosts", "gpus_per_host", "size_bytes", "bw_mbps",
+    "iters", "mean_s", "std_s", "algbw_gbps", "host_tx_bytes", "host_rx_bytes",
+    "switch_packets", "slots", "predicted_s", "ratio", "bound", "correct",
+)
+TRAINING_COLUMNS = (
+    "topology", "target", "strategy", "hosts", "gpus_per_host", "bw_mbps", "steps", "seconds",
+    "iters_per_s", "accuracy", "final_loss",
+)
+
+# (topology, target, bw_mbps, hosts, gpus_per_host): the runs that differ only in size.
+GroupKey = tuple[str, str, float, int, int]
+
+@dataclass(frozen=True)
+class Configured:
+    """What identifies a configuration in both CSVs: runs with the same group differ only in
+    tensor size (and strategy)."""
+
+    topology: str
+    target: str
+    strategy: str
+    hosts: int
+    gpus_per_host: int
+    bw_mbps: float
+
+    @property
+    def group(self) -> GroupKey:
+        return (self.topology, self.target, self.bw_mbps, self.hosts, self.gpus_per_host)
+
+
+@dataclass(frozen=True)
+class Run(Configured):
+    """One all-reduce measurement: a (configuration, strategy) row of allreduce.csv."""
+
+    size_bytes: int
+    iters: int
+    mean_s: float
+    std_s: float
+    algbw_gbps: float
+    host_tx_bytes: float
+    host_rx_bytes: float
+    switch_packets: int
+    slots: int
+    predicted_s: float
+    ratio: float
+    bound: str
+    correct: bool
+
+
+@dataclass(frozen=True)
+class TrainRow(Configured):
+    """One training run: a row of training.csv."""
+
+    steps: int
+    seconds: float
+    iters_per_s: float
+    accuracy: float
+    final_loss: float
+
+
+# ---------------------------------------------------------------------------- loading
+
+def _read_rows(path: Path, columns: Iterable[str]) -> list[dict[str, str]]:
+    """Rows of a CSV as dicts; a missing column is an error here, not a KeyError later,
+    because a sweep/report mismatch should name the column."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+        return [row for row in reader if any((v or "").strip() for v in row.values())]
+
+
+def _int(s: str) -> int:
+    # int(float(..)) so "3.0" written by a float-typed writer still parses.
+    return int(float(s))
+
+
+def _float(s: str) -> float:
+    return float(s) if s.strip() else math.nan
+
+
+def parse_bool(s: str) -> bool:
+    v = s.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {s!r}")
+
+
+# A field's annotation (a string here: postponed annotations) names how its column parses.
+_PARSERS: dict[str, Callable[[str], object]] = {"str": str, "int": _int, "float": _float,
+                                                "bool": parse_bool}
+
+
+def _load(path: Path, columns: Iterable[str], cls: type):
+    rows = _read_rows(path, columns)
+    fields = dataclasses.fields(cls)
+    return [cls(**{f.name: _PARSERS[f.type](r[f.name]) for f in fields}) for r in rows]
+
+
+def load_allreduce(path: Path) -> list[Run]:
+    return _load(path, ALLREDUCE_COLUMNS, Run)
+
+
+def load_training(path: Path) -> list[TrainRow]:
+    return _load(path, TRAINING_COLUMNS, TrainRow)
+
+
+# ---------------------------------------------------------------------------- grouping
+
+def order_strategies(names: Iterable[str]) -> list[str]:
+    present = set(names)
+    known = [s for s in STRATEGY_ORDER if s in present]
+    return known + sorted(present - set(STRATEGY_ORDER))
+
+
+def training_by_group(rows: Iterable[TrainRow]) -> dict[GroupKey, dict[str, TrainRow]]:
+    """Training rows by configuration, then strategy (a repeated strategy keeps the last)."""
+    out: dict[GroupKey, dict[str, TrainRow]] = {}
+    for r in rows:
+        out.setdefault(r.group, {})[r.strategy] = r
+    return out
+
+
+def group_runs(runs: Iterable[Run]) -> dict[GroupKey, list[Run]]:
+    """Runs by group, groups in order of first appearance (the sweep's order)."""
+    groups: dict[GroupKey, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(r.group, []).append(r)
+    return groups
+
+
+def main_group(groups: dict[GroupKey, list[Run]]) -> GroupKey | None:
+    """The group with the most rows (ties: first in the sweep): the sweep's main configuration,
+    the others being scaling or bandwidth variations of it."""
+    if not groups:
+        return None
+    return max(groups, key=lambda k: len(groups[k]))  # max keeps the first of equal keys
+
+
+def by_size(runs: Iterable[Run]) -> dict[int, dict[str, Run]]:
+    """size -> strategy -> run, sizes ascending. A repeated (size, strategy) keeps the last row,
+    i.e. a rerun appended to the CSV wins."""
+    table: dict[int, dict[str, Run]] = {}
+    for r in runs:
+        table.setdefault(r.size_bytes, {})[r.strategy] = r
+    return dict(sorted(table.items()))
+
+
+def speedups(at_size: dict[str, Run]) -> dict[str, float]:
+    """Baseline mean / PASSING mean for every other strategy at one size (>1: PASSING faster)."""
+    p = at_size.get("passing")
+    if p is None or not p.mean_s > 0:
+        return {}
+    return {s: r.mean_s / p.mean_s for s, r in at_size.items() if s != "passing"}
+
+
+def largest_passing_size(runs: Iterable[Run]) -> int | None:
+    """The largest size PASSING ran at: speedups are quoted there, since large tensors are
+    where aggregation bandwidth, not latency, decides."""
+    sizes = [r.size_bytes for r in runs if r.strategy == "passing"]
+    return max(sizes) if sizes else None
+
+
+def bw_label(bw_mbps: float) -> str:
+    return "unshaped" if not bw_mbps else f"{bw_mbps:g} Mbit/s"
+
+
+def group_label(key: GroupKey) -> str:
+    topology, target, bw, hosts, gpus = key
+    return f"{topology}/{target}, {hosts}x{gpus} GPUs, {bw_label(bw)}"
+
+
+def format_size(n: float) -> str:
+    """Binary units, as tensor sizes are powers of two: 65536 -> '64 KiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n:.4g} B"

@@ -1,0 +1,54 @@
+"""passing.p4build, the one build step of `make build`, the topology runner and the tests:
+like make, it compiles only when a P4 source is newer than the build, and without p4c it says
+what is missing instead of failing somewhere later."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from passing import p4build
+from passing.pipeline_files import p4_sources
+
+NO_P4C = "p4c-that-does-not-exist"
+
+
+def fake_build(out, age_s: float) -> None:
+    """Outputs `age_s` seconds older (negative: newer) than the newest P4 source."""
+    newest = max(p.stat().st_mtime for p in p4_sources())
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("passing.json", "passing.p4info.txtpb"):
+        (out / name).write_text("{}")
+        os.utime(out / name, (newest - age_s, newest - age_s))
+
+
+def test_a_build_newer_than_every_source_is_kept_without_p4c(tmp_path):
+    fake_build(tmp_path, age_s=-10)
+    assert p4build.up_to_date(tmp_path)
+    assert p4build.build(tmp_path, p4c=NO_P4C) is False
+
+
+@pytest.mark.parametrize("state", ["stale", "missing"])
+def test_a_stale_or_missing_build_needs_p4c_and_says_so(tmp_path, state):
+    if state == "stale":
+        fake_build(tmp_path, age_s=10)
+    assert not p4build.up_to_date(tmp_path)
+    with pytest.raises(p4build.P4cMissing, match=f"'{NO_P4C}' \\(the p4c BMv2 backend\\) is "
+                                                 "not on PATH"):
+        p4build.build(tmp_path, p4c=NO_P4C)
+
+
+def test_main_exits_2_with_the_message(tmp_path, capsys):
+    assert p4build.main(["--out", str(tmp_path), "--p4c", NO_P4C]) == 2
+    assert "p4c is in no package registry" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which(p4build.P4C) is None,
+                    reason="p4c-bm2-ss not on PATH (p4c comes from no package registry)")
+def test_compiles_once_then_keeps_the_build(tmp_path):
+    assert p4build.build(tmp_path) is True
+    assert (tmp_path / "passing.json").stat().st_size > 0
+    assert p4build.build(tmp_path) is False
+    assert p4build.build(tmp_path, force=True) is True
