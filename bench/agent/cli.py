@@ -17,6 +17,7 @@ import importlib.util
 import json
 import multiprocessing as mp
 import os
+import queue
 import socket
 import sys
 import time
@@ -181,6 +182,29 @@ class RunOptions:
     global_batch: int = 0  # 0: 8 x ranks
 
 
+def _reports(out, procs: list, budget: float) -> list[dict]:
+    """The ranks' reports, until the leader's or every rank's is in. A rank that dies without
+    one (killed, or crashed in native code) ends the wait at once with an error rather than
+    after the whole budget, and so does the budget running out."""
+    reports: list[dict] = []
+    deadline = time.monotonic() + budget
+    while not any(r.get("rank") == 0 for r in reports) and len(reports) < len(procs):
+        try:
+            reports.append(out.get(timeout=1.0))
+            continue
+        except queue.Empty:
+            pass
+        # Ranks exit 0 after putting their report (errors included); anything else died.
+        dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
+        if dead:
+            what = ", ".join(f"local rank {i} exit code {code}" for i, code in dead)
+            return [{"ok": False, "rank": -1, "error": f"a local rank died: {what}"}]
+        if time.monotonic() > deadline:
+            return [{"ok": False, "rank": -1,
+                     "error": f"no report from the local ranks within {budget:.0f}s"}]
+    return reports
+
+
 def run(params: dict, host: str, opts: RunOptions) -> dict:
     """Timed all-reduces of `opts.size` values (or, with train_steps, data-parallel training of
     the digits MLP for that many steps) on `host` of the job `params`; the leader's report."""
@@ -197,11 +221,9 @@ def run(params: dict, host: str, opts: RunOptions) -> dict:
     for p in procs:
         p.start()
     try:
+        reports = _reports(out, procs, opts.timeout * (opts.iters + 2) + opts.rendezvous_timeout
+                           + 120 + 2 * opts.train_steps)
         # The leader's report says most (its error names the switch); others only if it has none.
-        reports = []
-        while not any(r.get("rank") == 0 for r in reports) and len(reports) < gpus:
-            reports.append(out.get(timeout=opts.timeout * (opts.iters + 2)
-                                   + opts.rendezvous_timeout + 120 + 2 * opts.train_steps))
         res = next((r for r in reports if r.get("rank") == 0), reports[0])
     finally:
         for p in procs:

@@ -4,10 +4,13 @@ over real UDP: both report a correct sum; bad arguments and a missing peer end c
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,19 +99,23 @@ def test_one_host_restarting_alone_gets_no_session_and_the_other_fails(params_fi
     returns a wrong value."""
     port = str(free_tcp_port())
     common = ["--params", str(params_file), "--size", "64K", "--rendezvous-port", port,
-              "--timeout", "3", "--json"]
-    h1 = agent(*common, "--host", "h1", "--iters", "100000")
-    h2 = agent(*common, "--host", "h2", "--iters", "100000")
+              "--json"]
+    # h1 serves the rendezvous store until it gives up on the switch: its deadline must outlast
+    # the restarted h2's start (torch takes seconds to import on a busy machine), or h2 finds no
+    # store at all instead of being refused by it.
+    h1 = agent(*common, "--host", "h1", "--iters", "100000", "--timeout", "30")
+    h2 = agent(*common, "--host", "h2", "--iters", "100000", "--timeout", "3")
     try:
         time.sleep(20)  # both are streaming by now (torch starts in a few seconds)
         assert h1.poll() is None and h2.poll() is None
         h2.kill()
         h2.communicate(timeout=30)
-        again = agent(*common, "--host", "h2", "--iters", "1", "--rendezvous-timeout", "5")
+        again = agent(*common, "--host", "h2", "--iters", "1", "--timeout", "3",
+                      "--rendezvous-timeout", "5")
         out2, err2 = again.communicate(timeout=120)
         assert again.returncode == 1, (out2, err2)
         assert "already took part in a round of this run" in out2 + err2
-        out1, err1 = h1.communicate(timeout=60)
+        out1, err1 = h1.communicate(timeout=90)
         assert h1.returncode == 1
         assert "no result from the switch" in out1 + err1
     finally:
@@ -176,3 +183,39 @@ def test_training_through_the_switch_matches_gloo_ring(params_file):
     assert abs(passing["accuracy"] - ring["accuracy"]) <= 0.01
     assert abs(passing["param_checksum"] - ring["param_checksum"]) <= 1e-3 * ring["param_checksum"]
     assert ring["accuracy"] > 0.5
+
+
+def _rank_processes(pid: int) -> list[int]:
+    """The local ranks passing-agent `pid` spawned (not multiprocessing's resource tracker)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children
+            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def test_a_killed_leader_fails_its_host_at_once(params_file):
+    """The leader rank dies without a report (killed, or crashed in native code): the agent
+    ends with an error naming it, instead of waiting as long as every call's deadline
+    together for a report that never comes."""
+    port = str(free_tcp_port())
+    common = ["--params", str(params_file), "--size", "64K", "--rendezvous-port", port,
+              "--iters", "100000", "--timeout", "30", "--json"]
+    h1, h2 = agent(*common, "--host", "h1"), agent(*common, "--host", "h2")
+    try:
+        deadline = time.monotonic() + 120
+        while len(_rank_processes(h2.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        ranks = _rank_processes(h2.pid)
+        assert len(ranks) == 2 and h2.poll() is None
+        time.sleep(10)  # streaming by now (torch starts in a few seconds)
+        os.kill(min(ranks), signal.SIGKILL)  # local rank 0: started first
+        killed = time.monotonic()
+        out, err = h2.communicate(timeout=120)
+        assert h2.returncode == 1, err
+        assert json.loads(out)["error"] == "a local rank died: local rank 0 exit code -9"
+        # The wait ends at the death, not after the budget (30 s x 100,002 calls).
+        assert time.monotonic() - killed < 60
+    finally:
+        for p in (h1, h2):
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
