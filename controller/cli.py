@@ -221,7 +221,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         spec = JobSpec(args.job_id, hosts, args.window, args.min_window,
                        agent_port=args.agent_port, mode=args.mode)
         rec = ctl.create_job(spec)
-        params = ctl.agent_params(rec.job_id)
+        params = ctl.agent_params(rec.job_id).to_dict()
         if args.params_out:
             Path(args.params_out).write_text(json.dumps(params, indent=2) + "\n")
         res = {"job_id": rec.job_id, "pools": _pools(rec), "agent_params": params}
@@ -242,7 +242,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         return rows, _table(rows, cols) if rows else "no jobs"
     if args.job_cmd == "show":
         rec = ctl.job(args.job_id)
-        params = ctl.agent_params(args.job_id)
+        params = ctl.agent_params(args.job_id).to_dict()
         res = {"job_id": rec.job_id, "spec": rec.spec, "pools": _pools(rec),
                "agent_params": params}
         return res, (f"job {rec.job_id}: hosts {', '.join(rec.spec['hosts'])}, agent ports "

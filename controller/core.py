@@ -22,6 +22,7 @@ from controller.switch import SwitchConnection, SwitchError, Update
 from controller.tables.forwarding import ForwardingTables
 from controller.topology import Topology
 from passing import protocol as P
+from passing.contract import HostParams, JobParams
 from passing.p4info import P4InfoIndex, pipeline_signature
 from passing.pipeline_files import BUILD_DIR, pipeline_files
 
@@ -386,33 +387,23 @@ class Controller:
                     from None
         return self.store.remove_job(job_id)
 
-    def agent_params(self, job_id: int) -> dict:
-        """Everything a host agent needs to join the job, per host (see docs/controller.md)."""
+    def agent_params(self, job_id: int) -> JobParams:
+        """Everything a host agent needs to join the job (passing.contract, docs/controller.md)."""
         rec = self.job(job_id)
         spec = JobSpec.from_dict(rec.spec)
         job_plan = plan(spec, self.topo)
-        window = rec.pools[0].size
-        total_gpus = sum(self.topo.hosts[h].gpus for h in spec.hosts)
-        hosts = {}
+        hosts = []
         for pool in rec.pools:
-            role = job_plan.roles[pool.switch]
             sw = self.topo.switches[pool.switch]
             if sw.role != "tor":
                 continue
-            for m in role.members:
-                h = self.topo.hosts[m.name]
-                hosts[m.name] = {"host_ip": h.ip, "switch": sw.name, "switch_ip": sw.ip,
-                                 "switch_mac": sw.mac, "contributor": m.contributor,
-                                 "local_gpus": h.gpus}
-        # streams: the contributions the switches sum (the agents' fixed-point headroom);
-        # in `ina` every GPU rank streams, with id contributor + local rank.
-        streams = total_gpus if spec.mode == "ina" else len(spec.hosts)
-        # "slots" is the window, under the key agents have always read it from.
-        return {"job_id": job_id, "mode": spec.mode, "session_key": spec.session_key,
-                "udp_port": P.PASSING_UDP_PORT,
-                "agent_port": spec.udp_port, "k": spec.k, "slots": window,
-                "scale_bits": spec.scale_bits, "hosts_total": len(spec.hosts),
-                "streams": streams, "contributors_total": total_gpus, "hosts": hosts}
+            for m in job_plan.roles[pool.switch].members:
+                hosts.append(HostParams(m.name, host_ip=m.ip, switch_ip=sw.ip,
+                                        switch_mac=sw.mac, contributor_id=m.contributor,
+                                        local_gpus=self.topo.hosts[m.name].gpus))
+        return JobParams(job_id, spec.mode, spec.session_key,
+                         switch_udp_port=P.PASSING_UDP_PORT, agent_udp_port=spec.udp_port,
+                         window=rec.pools[0].size, hosts=tuple(hosts))
 
     # -- observation ----------------------------------------------------------------------------
     def slots(self) -> dict[str, SlotAllocator]:

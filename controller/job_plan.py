@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, field
 
 from controller.topology import Topology
 from passing import protocol as P
+from passing.contract import MODES
 
 # Agent ports are allocated from here up: above Linux's default ephemeral range (32768-60999),
 # so that the switches' guard of these ports never drops an ordinary flow's reply.
 DEFAULT_AGENT_PORT_BASE = 61000
 LEGACY_AGENT_PORT_BASE = 40000  # what a stored agent_port 0 meant before ports were allocated
-MODES = ("passing", "ina")
 
 
 class JobError(ValueError):
@@ -36,7 +36,7 @@ class JobSpec:
     Glossary: a job's *window* is the number of aggregation slots it holds on each of its
     switches, which is also how many packets each of its agents keeps in flight; the slots on
     one switch are the job's *pool* there (SlotRange/PoolRecord `size`, P4 `pool_size`, the
-    agents' parameter "slots" are all the window).
+    agents' parameter "window" are all the window).
     """
 
     job_id: int

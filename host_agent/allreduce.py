@@ -21,6 +21,7 @@ from host_agent.fixed_point import NonFiniteError
 from host_agent.session import agree_in_group
 from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
+from passing.contract import JobParams
 
 _OK, _NONFINITE, _TIMEOUT, _OTHER = 0, 1, 2, 3
 _MESSAGES = {_NONFINITE: "NaN or Inf in the gradients", _TIMEOUT: "the switch did not answer",
@@ -39,33 +40,36 @@ class AllreduceError(RuntimeError):
     """The all-reduce could not be completed; raised on every local rank."""
 
 
-def job_session(params: dict, group: dist.ProcessGroup | None,
+def job_session(params: JobParams, group: dist.ProcessGroup | None,
                 session: int | None) -> int:
     """The run's session: `session` if the caller agreed on one with the other hosts, else one
     agreed over the default process group, which must then span every host of the job (a
     collective: every rank of it calls this)."""
     if session is not None:
         return session
-    if params["hosts_total"] > 1 and dist.get_world_size() <= dist.get_world_size(group):
+    if len(params.hosts) > 1 and dist.get_world_size() <= dist.get_world_size(group):
         raise ValueError(
-            f"job {params['job_id']} has {params['hosts_total']} hosts but the default process "
+            f"job {params.job_id} has {len(params.hosts)} hosts but the default process "
             "group holds only this host's ranks, so the hosts cannot agree on a session: pass "
             "session= (e.g. host_agent.session.agree_by_tcp between the hosts' leaders)")
     return agree_in_group(None)
 
 
 class PassingAllreduce:
-    def __init__(self, params: dict, host: str, group: dist.ProcessGroup | None = None,
+    def __init__(self, params: JobParams, host: str, group: dist.ProcessGroup | None = None,
                  transport: Transport | None = None, *, session: int | None = None,
                  **stream_options):
-        """params: the job's agent parameters (passing-ctl job show --json, 'agent_params');
+        """params: the job's agent parameters (JobParams.load of passing-ctl's --params-out, or
+        JobParams.from_dict of 'agent_params' in passing-ctl job show --json);
         host: this server's name in them; group: the local ranks (default: the whole world,
         i.e. one server); session: the run's session number, the same on every host
         (host_agent.session); by default it is agreed over the default process group, which
         then must span every host of the job, and every rank of it constructs this together."""
-        if host not in params["hosts"]:
-            raise ValueError(f"host {host} is not in job {params['job_id']} "
-                             f"(hosts: {', '.join(params['hosts'])})")
+        # Refused here, on every rank: a wrong job would leave the leader waiting on the switch.
+        h = params.host(host)
+        if params.mode != "passing":
+            raise ValueError(f"job {params.job_id} is an {params.mode} job; PassingAllreduce "
+                             "needs a job created in mode passing")
         self.group = group
         self.local_size = dist.get_world_size(group)
         self.leader = dist.get_global_rank(group, 0) if group is not None else 0
@@ -73,12 +77,11 @@ class PassingAllreduce:
         self.session = job_session(params, group, session)
         self.streamer = None
         if self.is_leader:
-            h = params["hosts"][host]
             if transport is None:
-                transport = UdpTransport(h["host_ip"], params["agent_port"], h["switch_ip"],
-                                         params["udp_port"])
-            cfg = StreamConfig(params["job_id"], h["contributor"], params["slots"],
-                               params["hosts_total"], self.session,
+                transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
+                                         params.switch_udp_port)
+            cfg = StreamConfig(params.job_id, h.contributor_id, params.window,
+                               params.streams, self.session,
                                local_gpus=self.local_size, **stream_options)
             self.streamer = SlotStreamer(cfg, transport)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import queue
 import random
+import secrets
 import socket
 import threading
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ from scapy.layers.l2 import Ether
 from controller import installer
 from controller.switch import SwitchWriter, Update, WriteError
 from passing import protocol as P
+from passing.contract import HostParams, JobParams
 from passing.p4info import P4InfoIndex, load_p4info
 from switch_model.p4runtime_server import P4RuntimeService
 from switch_model.pipeline import PASSING_OFF, Pipeline
@@ -127,6 +129,8 @@ class UdpLoopbackSwitch(LoopbackSwitch):
     def __init__(self, hosts: int, agent_udp_port: int, **kw):
         super().__init__(hosts, agent_udp_port=agent_udp_port, **kw)
         self.agent_udp_port = agent_udp_port
+        # Keyed like the controller's jobs, so that the agents' keyed rendezvous is what runs.
+        self.session_key = secrets.token_hex(16)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         self.sock.bind(("127.0.0.1", 0))
@@ -140,18 +144,17 @@ class UdpLoopbackSwitch(LoopbackSwitch):
     def host_address(port: int) -> str:
         return f"127.0.0.{10 + port}"
 
-    def agent_params(self, local_gpus: int = 1) -> dict:
-        """The job parameters a controller would hand to the agents (docs/controller.md).
+    def agent_params(self, local_gpus: int = 1) -> JobParams:
+        """The job parameters a controller would hand to the agents (passing.contract).
         A switch built with ranks > 1 is an `ina` job with that many ranks per host."""
         ina = self.ranks > 1
         gpus = self.ranks if ina else local_gpus
-        return {"job_id": self.job_id, "mode": "ina" if ina else "passing",
-                "udp_port": self.address[1], "agent_port": self.agent_udp_port, "k": P.K,
-                "slots": self.slots, "hosts_total": len(self.queues),
-                "streams": len(self.queues) * self.ranks,
-                "hosts": {f"h{p}": {"host_ip": self.host_address(p), "switch_ip": "127.0.0.1",
-                                    "contributor": (p - 1) * self.ranks, "local_gpus": gpus}
-                          for p in self.queues}}
+        hosts = tuple(HostParams(f"h{p}", host_ip=self.host_address(p), switch_ip="127.0.0.1",
+                                 switch_mac=switch_mac(DEV), contributor_id=(p - 1) * self.ranks,
+                                 local_gpus=gpus) for p in self.queues)
+        return JobParams(self.job_id, "ina" if ina else "passing", session_key=self.session_key,
+                         switch_udp_port=self.address[1], agent_udp_port=self.agent_udp_port,
+                         window=self.slots, hosts=hosts)
 
     def _serve(self) -> None:
         by_ip = {self.host_address(p): p for p in self.queues}

@@ -16,6 +16,7 @@ from controller.job_plan import JobSpec
 from controller.topology import Topology
 from passing import p4build
 from passing import protocol as P
+from passing.contract import JobParams
 from passing.pipeline_files import BUILD_DIR
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
@@ -119,7 +120,7 @@ class PassingNetwork:
         if self.ctl.store.get_job(job_id) is None:
             self.ctl.create_job(spec)
         path = self.run_dir / f"job{job_id}.json"
-        path.write_text(json.dumps(self.ctl.agent_params(job_id), indent=2) + "\n")
+        path.write_text(self.ctl.agent_params(job_id).to_json() + "\n")
         self.jobs[job_id] = path
         return path
 
@@ -142,11 +143,11 @@ class PassingNetwork:
         With train_steps the agents train the digits MLP instead (passing-agent --train)."""
         job_id = job_id if job_id is not None else min(self.jobs)
         params = self.jobs.get(job_id) or self.create_job(job_id)
-        doc = json.loads(params.read_text())
-        if strategy == "ina" and doc.get("mode") != "ina":
+        job = JobParams.load(params)
+        if strategy == "ina" and job.mode != "ina":
             params = self.ina_companion(job_id)
-            doc = json.loads(params.read_text())
-        hosts = doc["hosts"]
+            job = JobParams.load(params)
+        hosts = job.host_names
         procs = {h: self.net.get(h).popen(
                     [sys.executable, "-m", "bench.agent.cli", "--params", str(params),
                      "--host", h, "--size", size, "--iters", str(iters), "--json",

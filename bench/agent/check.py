@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from passing import protocol as P
+from passing.contract import JobParams
 
 # float32's unit roundoff: the relative error of one rounding to float32.
 _U32 = 2.0 ** -24
@@ -16,7 +17,7 @@ def rank_tensor(seed: int, host_index: int, rank: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, host_index, rank]).standard_normal(n).astype(np.float32)
 
 
-def expected_sum(params: dict, seed: int, n: int,
+def expected_sum(params: JobParams, seed: int, n: int,
                  strategy: str = "passing") -> tuple[np.ndarray, np.ndarray, int]:
     """(exact float64 sum over every rank of every host, the largest error per element a
     correct `strategy` may make, contributors).
@@ -33,9 +34,9 @@ def expected_sum(params: dict, seed: int, n: int,
     stream_blocks = []  # per stream, per block of K: its largest magnitude
     count = 0
     nfrag = -(-n // P.K)
-    for idx, (_, h) in enumerate(sorted(params["hosts"].items())):
+    for idx, name in enumerate(params.host_names):
         host_sum = np.zeros(n)
-        for g in range(h.get("local_gpus", 1)):
+        for g in range(params.host(name).local_gpus):
             t = rank_tensor(seed, idx, g, n).astype(np.float64)
             total += t
             magnitude += np.abs(t)

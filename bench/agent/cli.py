@@ -22,13 +22,13 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from bench.agent import STRATEGIES
 from bench.agent.check import expected_sum, rank_tensor
 from bench.sizes import parse_size
+from passing.contract import JobParams, ParamsError
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
            "  passing-agent --params job7.json --host h1 --size 4M --iters 5")
@@ -60,10 +60,9 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
         from host_agent.session import RendezvousError, agree_by_tcp, agree_in_group
 
         params, host = args["params"], args["host"]
-        hosts = sorted(params["hosts"])
-        host_index = hosts.index(host)
-        ranks = strategies.Ranks(host_index, rank,
-                                 [params["hosts"][h].get("local_gpus", 1) for h in hosts])
+        hosts = params.host_names
+        host_index = params.host_index(host)
+        ranks = strategies.Ranks(host_index, rank, [params.host(h).local_gpus for h in hosts])
         stream = dict(rto=args["rto"], min_rto=min(args["min_rto"], args["rto"]),
                       deadline=args["timeout"])
         # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
@@ -87,9 +86,9 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             if rank == 0:
                 try:
                     session, store = agree_by_tcp(
-                        params["hosts"][hosts[0]]["host_ip"], args["rendezvous_port"],
-                        params["job_id"], host_index, len(hosts), args["rendezvous_timeout"],
-                        bytes.fromhex(params.get("session_key", "")))
+                        params.host(hosts[0]).host_ip, args["rendezvous_port"],
+                        params.job_id, host_index, len(hosts), args["rendezvous_timeout"],
+                        bytes.fromhex(params.session_key))
                 except RendezvousError as e:
                     failure = str(e)
             session = agree_in_group(None, session)  # 0: the leader's rendezvous failed
@@ -102,7 +101,7 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             # (ina only for the barrier that starts each timed call together).
             if args["ifname"]:
                 os.environ["GLOO_SOCKET_IFNAME"] = args["ifname"]
-            first = params["hosts"][hosts[0]]["host_ip"]
+            first = params.host(hosts[0]).host_ip
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
                                     init_method=f"tcp://{first}:{args['rendezvous_port']}")
             if args["strategy"] == "ina":
@@ -205,17 +204,17 @@ def _reports(out, procs: list, budget: float) -> list[dict]:
     return reports
 
 
-def run(params: dict, host: str, opts: RunOptions) -> dict:
+def run(params: JobParams, host: str, opts: RunOptions) -> dict:
     """Timed all-reduces of `opts.size` values (or, with train_steps, data-parallel training of
     the digits MLP for that many steps) on `host` of the job `params`; the leader's report."""
-    gpus = params["hosts"][host].get("local_gpus", 1)
+    gpus = params.host(host).local_gpus
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     job = {**dataclasses.asdict(opts), "params": params, "host": host,
-           "rendezvous_port": opts.rendezvous_port or 29500 + params["job_id"] % 1000,
+           "rendezvous_port": opts.rendezvous_port or 29500 + params.job_id % 1000,
            "parent_pid": os.getpid()}
     procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
     for p in procs:
@@ -279,18 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     try:
-        params = json.loads(Path(args.params).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        ap.error(f"--params: {e}")
-    if args.host not in params.get("hosts", {}):
-        ap.error(f"--host: {args.host} is not in job {params.get('job_id')} "
-                 f"(hosts: {', '.join(params.get('hosts', {}))})")
+        params = JobParams.load(args.params)
+    except ParamsError as e:
+        ap.error(f"--params {args.params}: {e}")
+    if args.host not in params.host_names:
+        ap.error(f"--host: {args.host} is not in job {params.job_id} "
+                 f"(hosts: {', '.join(params.host_names)})")
     if args.iters < 1:
         ap.error("--iters must be at least 1")
-    mode = params.get("mode", "passing")
-    if args.strategy in ("passing", "ina") and mode != args.strategy:
-        ap.error(f"--strategy {args.strategy}: job {params.get('job_id')} was created in mode "
-                 f"{mode} (passing-ctl job create --mode {args.strategy})")
+    if args.strategy in ("passing", "ina") and params.mode != args.strategy:
+        ap.error(f"--strategy {args.strategy}: job {params.job_id} was created in mode "
+                 f"{params.mode} (passing-ctl job create --mode {args.strategy})")
     if args.train < 0:
         ap.error("--train must be a number of steps (0: no training)")
     if args.train and importlib.util.find_spec("sklearn") is None:

@@ -26,6 +26,7 @@ from host_agent.allreduce import PassingAllreduce, stream_tensor
 from host_agent.session import agree_in_group
 from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from host_agent.transport import UdpTransport
+from passing.contract import JobParams
 
 __all__ = ["STRATEGIES", "InaAllreduce", "PassingAllreduce", "Ranks", "build"]
 
@@ -57,23 +58,23 @@ class InaAllreduce:
     """Switch-only INA for one rank: it streams its own tensor as contributor
     (the host's first id + local rank) and receives on agent_port + local rank."""
 
-    def __init__(self, params: dict, host: str, local_rank: int,
+    def __init__(self, params: JobParams, host: str, local_rank: int,
                  transport: Transport | None = None, *, session: int | None = None,
                  **stream_options):
         """session: the run's session, the same for every rank of every host; by default
         agreed over the default process group (every rank of every host, constructing this
         together)."""
-        if params.get("mode") != "ina":
-            raise ValueError(f"job {params['job_id']} is a {params.get('mode', 'passing')} job; "
+        if params.mode != "ina":
+            raise ValueError(f"job {params.job_id} is a {params.mode} job; "
                              "the ina strategy needs a job created with mode ina")
-        h = params["hosts"][host]
-        if not 0 <= local_rank < h.get("local_gpus", 1):
-            raise ValueError(f"local rank {local_rank} but {host} has {h.get('local_gpus', 1)}")
+        h = params.host(host)
+        if not 0 <= local_rank < h.local_gpus:
+            raise ValueError(f"local rank {local_rank} but {host} has {h.local_gpus}")
         if transport is None:
-            transport = UdpTransport(h["host_ip"], params["agent_port"] + local_rank,
-                                     h["switch_ip"], params["udp_port"])
-        cfg = StreamConfig(params["job_id"], h["contributor"] + local_rank, params["slots"],
-                           params["streams"],
+            transport = UdpTransport(h.host_ip, params.agent_udp_ports(host)[local_rank],
+                                     h.switch_ip, params.switch_udp_port)
+        cfg = StreamConfig(params.job_id, params.contributor_ids(host)[local_rank],
+                           params.window, params.streams,
                            session if session is not None else agree_in_group(None), local_gpus=1,
                            **stream_options)
         self.streamer = SlotStreamer(cfg, transport)
@@ -82,7 +83,7 @@ class InaAllreduce:
         return stream_tensor(self.streamer, tensor)
 
 
-def build(strategy: str, ranks: Ranks, params: dict, host: str,
+def build(strategy: str, ranks: Ranks, params: JobParams, host: str,
           **stream_options) -> Callable[[torch.Tensor], torch.Tensor]:
     """The all-reduce function of `strategy` for this rank. The global process group must be
     initialised (every rank of every host). All ranks must call build() in the same order:

@@ -14,6 +14,7 @@ from scapy.layers.l2 import Ether
 from controller.cli import build_parser, main
 from controller.topology import load
 from passing import protocol as P
+from passing.contract import JobParams
 from tests import REPO
 
 SUBCOMMANDS = [["switches"], ["prepare"], ["job"], ["job", "create"], ["job", "delete"],
@@ -57,8 +58,10 @@ def test_operator_session(switches_of, tmp_path, capsys):
     assert code == 0
     res = json.loads(out)
     assert res["pools"][0]["size"] == 32 and res["agent_params"]["hosts"]["h2"][
-        "contributor"] == 1
-    assert json.loads((tmp_path / "job7.json").read_text())["job_id"] == 7
+        "contributor_id"] == 1
+    # What --params-out writes and what --json prints are the same contract, readable by agents.
+    written = JobParams.load(tmp_path / "job7.json")
+    assert written == JobParams.from_dict(res["agent_params"]) and written.job_id == 7
     code, out, _ = ctl(capsys, cfg, "job", "list")
     assert code == 0 and "h1,h2" in out
     code, out, _ = ctl(capsys, cfg, "slots", "--json")
@@ -143,7 +146,7 @@ def test_stats_accounts_for_every_dropped_forged_packet(fabric_of, tmp_path, cap
     assert ctl(capsys, cfg, "prepare")[0] == 0  # L2 forwarding: without the guard h1 gets them
     assert ctl(capsys, cfg, "job", "create", "7", "--hosts", "h1,h2", "--window", "8")[0] == 0
     code, out, _ = ctl(capsys, cfg, "job", "show", "7", "--json")
-    agent_port = json.loads(out)["agent_params"]["agent_port"]
+    agent_port = json.loads(out)["agent_params"]["agent_udp_port"]
     topo = load(REPO / "topologies" / "star.json")
     h1, h3 = topo.hosts["h1"], topo.hosts["h3"]
     ports = fabric["s1"].test_ports

@@ -24,13 +24,13 @@ from tests import REPO
 
 def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0) -> bytes:
     params = ctl.agent_params(job_id)
-    hp = params["hosts"][host]
+    hp = params.host(host)
     h = ctl.topo.hosts[host]
     payload = packet.pack(np.asarray(values), job_id=job_id, slot=slot, version=version,
-                          contributor=hp["contributor"], flags=int(P.Flag.CONTRIB),
+                          contributor=hp.contributor_id, flags=int(P.Flag.CONTRIB),
                           num_contrib=h.gpus)
-    return bytes(Ether(src=h.mac, dst=hp["switch_mac"]) / IP(src=h.ip, dst=hp["switch_ip"])
-                 / UDP(sport=params["agent_port"], dport=P.PASSING_UDP_PORT) / payload)
+    return bytes(Ether(src=h.mac, dst=hp.switch_mac) / IP(src=h.ip, dst=hp.switch_ip)
+                 / UDP(sport=params.agent_udp_port, dport=params.switch_udp_port) / payload)
 
 
 def port_of(ctl: Controller, fabric, host: str):
@@ -49,7 +49,7 @@ def allreduce(ctl, fabric, job_id, hosts, slot=0, version=0, seed=0):
         frames = port_of(ctl, fabric, h).recv(1, 3)
         assert frames, f"{h}: no result"
         pkt = Ether(frames[0])
-        assert pkt[IP].dst == ctl.topo.hosts[h].ip and pkt[UDP].dport == params["agent_port"]
+        assert pkt[IP].dst == ctl.topo.hosts[h].ip and pkt[UDP].dport == params.agent_udp_port
         rec = packet.unpack(bytes(pkt[UDP].payload))
         assert np.array_equal(rec["values"], expected), h
         assert rec["num_contrib"] == sum(ctl.topo.hosts[x].gpus for x in hosts)

@@ -31,22 +31,22 @@ def ina_round(ctl: Controller, fabric, job_id: int) -> set[tuple[str, int]]:
     """Every GPU of the job contributes ones to slot 0; returns (host, UDP port) of each result
     and checks that each is the full sum."""
     params = ctl.agent_params(job_id)
-    for name, hp in params["hosts"].items():
-        h = ctl.topo.hosts[name]
-        for rank in range(hp["local_gpus"]):
+    for hp in params.hosts:
+        h = ctl.topo.hosts[hp.name]
+        for rank in range(hp.local_gpus):
             payload = packet.pack(np.ones(P.K, dtype=np.int64), job_id=job_id, slot=0,
-                                  contributor=hp["contributor"] + rank,
+                                  contributor=params.contributor_ids(hp.name)[rank],
                                   flags=int(P.Flag.CONTRIB), num_contrib=1)
-            port_of(ctl, fabric, name).send(bytes(
-                Ether(src=h.mac, dst=hp["switch_mac"]) / IP(src=h.ip, dst=hp["switch_ip"])
-                / UDP(sport=params["agent_port"] + rank, dport=P.PASSING_UDP_PORT) / payload))
+            port_of(ctl, fabric, hp.name).send(bytes(
+                Ether(src=h.mac, dst=hp.switch_mac) / IP(src=h.ip, dst=hp.switch_ip)
+                / UDP(sport=params.agent_udp_ports(hp.name)[rank],
+                      dport=params.switch_udp_port) / payload))
     got = set()
-    for name, hp in params["hosts"].items():
-        for frame in port_of(ctl, fabric, name).recv(hp["local_gpus"], 3):
+    for hp in params.hosts:
+        for frame in port_of(ctl, fabric, hp.name).recv(hp.local_gpus, 3):
             pkt = Ether(frame)
-            assert (packet.unpack(bytes(pkt[UDP].payload))["values"]
-                    == params["contributors_total"]).all()
-            got.add((name, pkt[UDP].dport))
+            assert (packet.unpack(bytes(pkt[UDP].payload))["values"] == params.gpus).all()
+            got.add((hp.name, pkt[UDP].dport))
     return got
 
 
@@ -64,21 +64,21 @@ def test_adjacent_ina_jobs_get_disjoint_agent_ports(make_controller, tmp_path):
     r2 = ctl.create_job(JobSpec(2, ("h3", "h4"), window=4, mode="ina"))
     # Every host has 2 GPUs, so each job needs 2 ports. The old rule (40000 + job id) gave
     # job 1 40001-40002 and job 2 40002-40003: both jobs' agents on port 40002.
-    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [61000, 61002]
+    assert [ctl.agent_params(j).agent_udp_port for j in (1, 2)] == [61000, 61002]
     assert ina_round(ctl, fabric, 1) == {(h, p) for h in ("h1", "h2") for p in (61000, 61001)}
     assert ina_round(ctl, fabric, 2) == {(h, p) for h in ("h3", "h4") for p in (61002, 61003)}
     i1, i2 = r1.pools[0].stat_idx, r2.pools[0].stat_idx
     assert guards(fabric, "s1") == {61000: i1, 61001: i1, 61002: i2, 61003: i2}
     # A passing job needs one port: the next free one. A deleted job's range is free again.
     ctl.create_job(JobSpec(3, ("h1",), window=4))
-    assert ctl.agent_params(3)["agent_port"] == 61004
+    assert ctl.agent_params(3).agent_udp_port == 61004
     ctl.delete_job(1)
     ctl.create_job(JobSpec(4, ("h2",), window=4))
-    assert ctl.agent_params(4)["agent_port"] == 61000
+    assert ctl.agent_params(4).agent_udp_port == 61000
     # The port is part of the job's record: a restarted controller hands out the same one.
     ctl.close()
     ctl2, _ = make_controller("star", state=tmp_path / "state.sqlite", fabric=fabric)
-    assert [ctl2.agent_params(j)["agent_port"] for j in (2, 3, 4)] == [61002, 61004, 61000]
+    assert [ctl2.agent_params(j).agent_udp_port for j in (2, 3, 4)] == [61002, 61004, 61000]
     assert all(not r["repaired"] and not r["stray"] for r in ctl2.reconcile().values())
 
 
@@ -93,14 +93,14 @@ def test_explicit_agent_ports_must_not_overlap_another_job(make_control):
     assert set(guards(fabric, "s1")) == {41000, 41001}
     # Right below job 1's range is free for a one-port (passing) job.
     ctl.create_job(JobSpec(2, ("h3",), window=4, agent_port=40999))
-    assert ctl.agent_params(2)["agent_port"] == 40999
+    assert ctl.agent_params(2).agent_udp_port == 40999
     with pytest.raises(ControllerError, match=r"agent ports 65535-65536 run past 65535"):
         ctl.create_job(JobSpec(3, ("h3", "h4"), window=4, mode="ina", agent_port=65535))
     with pytest.raises(ControllerError, match=r"agent ports 48878-48879 include 48879"):
         ctl.create_job(JobSpec(3, ("h3", "h4"), window=4, mode="ina", agent_port=48878))
     # Allocation fills around explicit ranges.
     ctl.create_job(JobSpec(3, ("h4",), window=4, mode="ina"))
-    assert ctl.agent_params(3)["agent_port"] == 61000
+    assert ctl.agent_params(3).agent_udp_port == 61000
 
 
 def test_every_switch_of_a_job_guards_its_agent_ports(make_controller):
@@ -111,11 +111,11 @@ def test_every_switch_of_a_job_guards_its_agent_ports(make_controller):
     rec = ctl.create_job(JobSpec(2, ("h1", "h2", "h3", "h4"), window=4, mode="ina"))
     pools = {p.switch: p for p in rec.pools}
     assert pools["tor1"].stat_idx != pools["tor2"].stat_idx
-    base = ctl.agent_params(2)["agent_port"]
+    base = ctl.agent_params(2).agent_udp_port
     for name, pool in pools.items():
         want = {base: pool.stat_idx, base + 1: pool.stat_idx}
         if name == "tor1":
-            want[ctl.agent_params(1)["agent_port"]] = 0
+            want[ctl.agent_params(1).agent_udp_port] = 0
         assert guards(fabric, name) == want, name
     # From h3 to the port h1's second GPU receives on: dropped at tor2, counted for job 2.
     port_of(ctl, fabric, "h3").send(udp(ctl, "h3", "h1", base + 1))
@@ -128,7 +128,7 @@ def test_every_switch_of_a_job_guards_its_agent_ports(make_controller):
     # The guards go with the job (job 1's stays).
     ctl.delete_job(2)
     assert guards(fabric, "tor2") == guards(fabric, "spine") == {}
-    assert guards(fabric, "tor1") == {ctl.agent_params(1)["agent_port"]: 0}
+    assert guards(fabric, "tor1") == {ctl.agent_params(1).agent_udp_port: 0}
     port_of(ctl, fabric, "h3").send(udp(ctl, "h3", "h1", base + 1))
     assert [Ether(f)[UDP].dport for f in port_of(ctl, fabric, "h1").recv(1, 2)] == [base + 1]
 
@@ -172,7 +172,7 @@ def test_reconcile_repairs_guards_and_reports_unknown_ones(make_control):
     with pytest.raises(ControllerError, match="port 61002, which switch s1 guards for no known"):
         ctl.create_job(JobSpec(2, ("h3",), window=4, agent_port=61002))
     ctl.create_job(JobSpec(2, ("h3",), window=4))
-    assert ctl.agent_params(2)["agent_port"] == 61003
+    assert ctl.agent_params(2).agent_udp_port == 61003
 
 
 def test_new_state_file_allocates_above_what_the_switch_still_holds(make_controller, tmp_path):
@@ -191,7 +191,7 @@ def test_new_state_file_allocates_above_what_the_switch_still_holds(make_control
     assert pool.gen > max(c.gen for c in old.values())
     assert pool.stat_idx not in {c.stat_idx for c in old.values()}
     assert pool.mcast_grp not in {c.mcast_grp for c in old.values()}
-    assert ctl2.agent_params(3)["agent_port"] not in old_guards
+    assert ctl2.agent_params(3).agent_udp_port not in old_guards
     # Under job 1's generation, h1's old contribution would be taken for job 3's: the sum
     # would be wrong (h1 a duplicate). Under a new one the slot starts empty.
     allreduce(ctl2, fabric, 3, ["h1", "h2"])
@@ -212,7 +212,7 @@ def test_records_from_older_state_files_keep_their_derived_ports(make_controller
             is_root=True, uplink_port=0),), time.time()))
     report = ctl.reconcile()["s1"]
     assert not report["errors"] and report["stray"] == []
-    assert [ctl.agent_params(j)["agent_port"] for j in (1, 2)] == [40001, 40002]
+    assert [ctl.agent_params(j).agent_udp_port for j in (1, 2)] == [40001, 40002]
     # The shared port is guarded for the lower job id, and a second pass agrees.
     assert guards(fabric, "s1") == {40001: 1, 40002: 1, 40003: 2}
     again = ctl.reconcile()["s1"]
@@ -221,7 +221,7 @@ def test_records_from_older_state_files_keep_their_derived_ports(make_controller
     # New jobs avoid both ranges.
     i3 = ctl.create_job(JobSpec(3, ("h1",), window=4)).pools[0].stat_idx
     i4 = ctl.create_job(JobSpec(4, ("h3", "h4"), window=4, mode="ina")).pools[0].stat_idx
-    assert [ctl.agent_params(j)["agent_port"] for j in (3, 4)] == [61000, 61001]
+    assert [ctl.agent_params(j).agent_udp_port for j in (3, 4)] == [61000, 61001]
     # Job 1 goes: the port it shared passes to job 2 instead of going unguarded.
     ctl.delete_job(1)
     assert guards(fabric, "s1") == {61000: i3, 40002: 2, 40003: 2, 61001: i4, 61002: i4}

@@ -33,7 +33,7 @@ def free_tcp_port() -> int:
 def params_file(tmp_path):
     sw = UdpLoopbackSwitch(2, agent_udp_port=free_udp_port(), slots=32)
     path = tmp_path / "job.json"
-    path.write_text(json.dumps(sw.agent_params(local_gpus=2)))
+    path.write_text(sw.agent_params(local_gpus=2).to_json())
     yield path
     sw.close()
 
@@ -81,7 +81,7 @@ def test_a_host_alone_fails_clearly_at_the_rendezvous(params_file):
 
 def test_a_silent_switch_fails_every_host_clearly(params_file, tmp_path):
     params = json.loads(params_file.read_text())
-    params["udp_port"] = free_udp_port()  # nobody answers there
+    params["switch_udp_port"] = free_udp_port()  # nobody answers there
     silent = tmp_path / "silent.json"
     silent.write_text(json.dumps(params))
     port = str(free_tcp_port())
@@ -144,7 +144,7 @@ def test_ina_every_rank_streams_its_own_tensor_and_gets_the_sum(tmp_path):
     sw = UdpLoopbackSwitch(2, agent_udp_port=free_udp_port(), slots=32, ranks=2)
     try:
         path = tmp_path / "ina.json"
-        path.write_text(json.dumps(sw.agent_params()))
+        path.write_text(sw.agent_params().to_json())
         port = str(free_tcp_port())
         procs = [agent("--params", str(path), "--host", h, "--size", "3K", "--iters", "1",
                        "--strategy", "ina", "--ifname", "lo", "--rendezvous-port", port,

@@ -11,6 +11,7 @@ import traceback
 import numpy as np
 import pytest
 
+from passing.contract import JobParams
 from testbed.loopback import UdpLoopbackSwitch
 from tests.spawned import run_ranks
 
@@ -24,7 +25,7 @@ def free_port(kind=socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
-def worker(rank: int, port: int, params: dict, out: mp.Queue) -> None:
+def worker(rank: int, port: int, params: JobParams, out: mp.Queue) -> None:
     try:
         import torch
         import torch.distributed as dist

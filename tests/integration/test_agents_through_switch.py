@@ -31,7 +31,7 @@ def star_hosts(target, tmp_path):
             ctl.prepare("s1")
             ctl.create_job(JobSpec(1, tuple(topo.hosts), window=32))
             params = tmp_path / "job1.json"
-            params.write_text(json.dumps(ctl.agent_params(1)))
+            params.write_text(ctl.agent_params(1).to_json())
         yield hosts, params
     finally:
         if hosts is not None:

@@ -200,7 +200,7 @@ def test_passing_agent_trains_through_a_switch(installed, tmp_path):
     sw = UdpLoopbackSwitch(2, agent_udp_port=free_port(socket.SOCK_DGRAM), slots=32)
     try:
         params = tmp_path / "job.json"
-        params.write_text(json.dumps(sw.agent_params(local_gpus=1)))
+        params.write_text(sw.agent_params(local_gpus=1).to_json())
         rendezvous = str(free_port())
         procs = [installed.popen("passing-agent", "--params", str(params), "--host", h,
                                  "--train", "5", "--rendezvous-port", rendezvous, "--json")
