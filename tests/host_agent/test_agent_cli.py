@@ -63,6 +63,28 @@ def test_bad_arguments_exit_2(params_file):
         assert p.returncode == 2 and message in err, err
 
 
+def test_parameters_of_the_old_format_are_refused_with_how_to_regenerate(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"job_id": 7, "udp_port": 48879, "agent_port": 61000,
+                               "slots": 32, "hosts_total": 1, "streams": 1,
+                               "hosts": {"h1": {"host_ip": "127.0.0.11",
+                                                "switch_ip": "127.0.0.1", "contributor": 0}}}))
+    p = agent("--params", str(old), "--host", "h1")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "format before version 1" in err, err
+    assert "passing-ctl job show 7 --json | jq .agent_params" in err, err
+
+
+def test_parameters_with_a_bad_field_name_it(params_file, tmp_path):
+    doc = json.loads(params_file.read_text())
+    doc["window"] = 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    p = agent("--params", str(bad), "--host", "h1")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "window: 0 outside 1..4096" in err, err
+
+
 def test_training_without_scikit_learn_says_what_to_install(params_file):
     # sys.modules[name] = None makes the import machinery report the package as absent.
     hide_sklearn = ("-c", "import sys; sys.modules['sklearn'] = None; "

@@ -109,3 +109,21 @@ def test_local_ranks_allreduce_and_train_with_the_ddp_hook(switch):
     # Every rank holds the same weights after training, and they moved from the init.
     assert all(np.array_equal(results[0]["ddp_passing"][0], results[r]["ddp_passing"][0])
                for r in range(WORLD))
+
+
+def test_a_wrong_host_or_mode_is_refused_before_any_collective():
+    """Both fail in the constructor, on every rank, without a process group: a leader built
+    for the wrong host or an ina job would otherwise wait on the switch until its deadline."""
+    from host_agent.allreduce import PassingAllreduce
+
+    passing = UdpLoopbackSwitch(2, agent_udp_port=free_port(socket.SOCK_DGRAM))
+    ina = UdpLoopbackSwitch(2, agent_udp_port=free_port(socket.SOCK_DGRAM), ranks=2)
+    try:
+        with pytest.raises(ValueError, match=r"host h9 is not in job 1 \(hosts: h1, h2\)"):
+            PassingAllreduce(passing.agent_params(), "h9")
+        with pytest.raises(ValueError, match="job 1 is an ina job; PassingAllreduce needs a "
+                                             "job created in mode passing"):
+            PassingAllreduce(ina.agent_params(), "h1")
+    finally:
+        passing.close()
+        ina.close()
