@@ -206,7 +206,7 @@ class JobParams:
             what = f" (keys {', '.join(old)})" if old else ""
             raise ParamsError(f"agent parameters in the format before version {FORMAT_VERSION}"
                               f"{what}, which agents no longer read: {regenerate}")
-        if d["version"] != FORMAT_VERSION:
+        if type(d["version"]) is not int or d["version"] != FORMAT_VERSION:  # true == 1
             raise ParamsError(f"version: agent parameters of format {d['version']!r}, this "
                               f"agent reads format {FORMAT_VERSION}: {regenerate} with the "
                               "controller of the same PASSING version as the agents")

@@ -166,10 +166,11 @@ def test_the_old_format_is_refused_with_how_to_regenerate():
     assert "passing-ctl job show 7 --json | jq .agent_params" in msg
 
 
-def test_another_version_is_refused():
-    doc = {**job().to_dict(), "version": 2}
-    with pytest.raises(ParamsError, match="version: agent parameters of format 2, this agent "
-                                          "reads format 1"):
+@pytest.mark.parametrize("version", [2, "1", True])
+def test_another_version_is_refused(version):
+    doc = {**job().to_dict(), "version": version}
+    with pytest.raises(ParamsError, match=f"version: agent parameters of format {version!r}, "
+                                          "this agent reads format 1"):
         JobParams.from_dict(doc)
 
 
