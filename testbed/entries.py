@@ -111,6 +111,18 @@ def install_job(sw: SwitchWriter, dev: int, job_id: int,
 SESSION = 0x5E55_1011_0000_0001
 
 
+def to_switch(dev: int, port: int, payload: bytes, sport: int | None = None, *,
+              udp_chksum: int | None = None) -> bytes:
+    """The frame an agent's UDP datagram becomes on the wire: from the host on switch `dev`'s
+    port `port` (UDP source port `sport`, default its agent port) to the switch's aggregation
+    address; udp_chksum=0 sends it without a UDP checksum."""
+    udp = UDP(sport=agent_port(port) if sport is None else sport, dport=P.PASSING_UDP_PORT)
+    if udp_chksum is not None:
+        udp.chksum = udp_chksum
+    return bytes(Ether(dst=switch_mac(dev), src=host_mac(dev, port))
+                 / IP(src=host_ip(dev, port), dst=switch_ip(dev)) / udp / payload)
+
+
 def contribution(dev: int, port: int, values, *, job_id: int, slot: int = 0, version: int = 0,
                  contributor: int | None = None, frag: int = 0, num_contrib: int = 1,
                  exp: int = 0, flags: int = int(P.Flag.CONTRIB), level: int = 0,
@@ -120,10 +132,7 @@ def contribution(dev: int, port: int, values, *, job_id: int, slot: int = 0, ver
                           version=version, contributor=port - 1 if contributor is None
                           else contributor, frag=frag, num_contrib=num_contrib, exp=exp,
                           flags=flags, level=level, tag=tag, session=session)
-    frame = (Ether(dst=switch_mac(dev), src=host_mac(dev, port))
-             / IP(src=host_ip(dev, port), dst=switch_ip(dev))
-             / UDP(sport=agent_port(port), dport=P.PASSING_UDP_PORT) / payload)
-    return bytes(frame)
+    return to_switch(dev, port, payload)
 
 
 def ipv4_checksum_ok(pkt) -> bool:
@@ -152,10 +161,7 @@ class PortTransport:
         self.udp_port = agent_port(port, rank)
 
     def send(self, payload: bytes) -> None:
-        frame = Ether(dst=switch_mac(self.dev), src=host_mac(self.dev, self.port)) / IP(
-            src=host_ip(self.dev, self.port), dst=switch_ip(self.dev)) / UDP(
-            sport=self.udp_port, dport=P.PASSING_UDP_PORT) / payload
-        self.test_port.send(bytes(frame))
+        self.test_port.send(to_switch(self.dev, self.port, payload, self.udp_port))
 
     def recv(self, timeout: float) -> list[bytes]:
         frames = self.test_port.recv(1, timeout)

@@ -14,17 +14,14 @@ from collections.abc import Iterable
 
 import numpy as np
 from google.rpc import code_pb2
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
 
 from controller import installer
 from controller.switch import SwitchWriter, Update, WriteError
-from passing import protocol as P
 from passing.contract import HostParams, JobParams
 from passing.p4info import P4InfoIndex, load_p4info
 from switch_model.p4runtime_server import P4RuntimeService
 from switch_model.pipeline import PASSING_OFF, Pipeline
-from testbed.entries import agent_port, host_ip, host_mac, job_entries, switch_ip, switch_mac
+from testbed.entries import agent_port, job_entries, switch_mac, to_switch
 
 DEV = 0
 
@@ -76,10 +73,7 @@ class LoopbackSwitch:
         return LoopbackTransport(self, port)
 
     def deliver(self, port: int, payload: bytes) -> None:
-        frame = bytes(Ether(src=host_mac(DEV, port), dst=switch_mac(DEV))
-                      / IP(src=host_ip(DEV, port), dst=switch_ip(DEV))
-                      / UDP(sport=agent_port(port), dport=P.PASSING_UDP_PORT, chksum=0)
-                      / payload)
+        frame = to_switch(DEV, port, payload, udp_chksum=0)
         with self.lock:
             if self._lost():
                 self.dropped += 1
