@@ -9,6 +9,7 @@ removed in `close()` (also when a test fails).
 from __future__ import annotations
 
 import os
+import random
 import select
 import shutil
 import socket
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.switch import SwitchConnection, Update
+from controller.switch import SwitchConnection, SwitchError, Update
 from passing.pipeline_files import pipeline_files
 
 ETH_P_ALL = 0x0003
@@ -27,10 +28,24 @@ FABRIC_ELECTION_ID = (0, 5)
 PACKET_OUTGOING = 4
 
 
+# Below Linux's ephemeral range (32768-60999): a port picked there can be taken by any client
+# connection's local end between the pick and the switch's bind, which made a switch's P4Runtime
+# server fail to come up once in a few hundred starts.
+_PORT_RANGE = (20000, 32000)
+START_ATTEMPTS = 3
+
+
 def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on now, outside the ephemeral range."""
+    for _ in range(1000):
+        port = random.randrange(*_PORT_RANGE)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port in {_PORT_RANGE}")
 
 
 def run(cmd: list[str]) -> None:
@@ -149,15 +164,60 @@ class Fabric:
                 sw.proc = self._start(sw)
                 sw.test_ports = {p: TestPort(ifn) for p, ifn in exposed.items()}
             for sw in self.switches.values():
+                self._connect(sw, keep_ports=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, sw: SwitchHandle, keep_ports: bool) -> None:
+        """Connect to a started switch and push the pipeline. A switch whose P4Runtime server
+        does not come up (its process died, or a port was taken) is started again, on fresh
+        ports unless `keep_ports`, up to START_ATTEMPTS times; the error then says why."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
                 # Below the controller's default (0, 10): a controller under test becomes
                 # primary, this connection a backup that still reads, and primary again when
                 # the controller leaves.
                 sw.conn = SwitchConnection(sw.name, sw.grpc_address, sw.device_id,
-                                           election_id=FABRIC_ELECTION_ID, connect_timeout=20)
+                                           election_id=FABRIC_ELECTION_ID, connect_timeout=30)
                 sw.conn.set_pipeline(*pipeline_files())
-        except BaseException:
-            self.close()
-            raise
+                return
+            except SwitchError as e:
+                status = sw.proc.poll()
+                state = "alive" if status is None else f"exited with {status}"
+                why = f"{e}; process {state}"
+                if attempt == START_ATTEMPTS:
+                    raise SwitchError(f"{why} after {attempt} starts; log: {self._log_tail(sw)}") \
+                        from None
+                print(f"fabric: {why}; starting {sw.name} again", file=sys.stderr)
+                self._stop(sw)
+                if not keep_ports:
+                    sw.grpc_port, sw.thrift_port = free_tcp_port(), free_tcp_port()
+                sw.proc = self._start(sw)
+
+    def _log_tail(self, sw: SwitchHandle) -> str:
+        if self.log_dir is None:
+            return "(no log directory; set PASSING_SWITCH_LOGS=1)"
+        try:
+            return (self.log_dir / f"{sw.name}.out").read_text(errors="replace")[-2000:]
+        except OSError as e:
+            return f"(unreadable: {e})"
+
+    @staticmethod
+    def _stop(sw: SwitchHandle) -> None:
+        if sw.conn is not None:
+            try:
+                sw.conn.close()
+            except Exception:
+                pass
+            sw.conn = None
+        if sw.proc is not None and sw.proc.poll() is None:
+            sw.proc.terminate()
+            try:
+                sw.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                sw.proc.kill()
+                sw.proc.wait()
 
     def _start(self, sw: SwitchHandle) -> subprocess.Popen:
         ifaces = [a for port, ifname in sw.interfaces.items() for a in ("-i", f"{port}@{ifname}")]
@@ -266,29 +326,17 @@ class Fabric:
         re-established and the pipeline pushed, but no table entry is installed."""
         sw = self.switches[switch]
         sw.conn.close()
+        sw.conn = None
         sw.proc.kill()
         sw.proc.wait()
         sw.proc = self._start(sw)
-        sw.conn = SwitchConnection(sw.name, sw.grpc_address, sw.device_id,
-                                   election_id=FABRIC_ELECTION_ID, connect_timeout=20)
-        sw.conn.set_pipeline(*pipeline_files())
+        self._connect(sw, keep_ports=True)
 
     def close(self) -> None:
         for sw in self.switches.values():
             for tp in sw.test_ports.values():
                 tp.close()
-            if sw.conn is not None:
-                try:
-                    sw.conn.close()
-                except Exception:
-                    pass
-            if sw.proc is not None and sw.proc.poll() is None:
-                sw.proc.terminate()
-                try:
-                    sw.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    sw.proc.kill()
-                    sw.proc.wait()
+            self._stop(sw)
         for ifname in self._links:
             delete_link(ifname)
         self._links.clear()
