@@ -3,8 +3,13 @@
 Every invocation connects to the switches it needs, does one thing and exits; the job table is
 kept in SQLite, so nothing is lost between invocations or when one is interrupted.
 
-Exit codes: 0 done, 2 bad command line, 3 request refused (unknown job, duplicate id, host not in
-the topology, job that does not fit, bad topology), 4 a switch is unreachable or refused a write.
+`serve` is the exception: it answers the host agents' requests for their job parameters over
+HTTP (controller.serve) until SIGINT or SIGTERM, reading the state file and never a switch.
+
+Exit codes: 0 done (`serve`: stopped by SIGINT/SIGTERM), 2 bad command line (a malformed
+`serve --listen`), 3 request refused (unknown job, duplicate id, host not in the topology, job
+that does not fit, bad topology; `serve`: the listen address is in use or not this machine's),
+4 a switch is unreachable or refused a write.
 """
 
 from __future__ import annotations
@@ -12,11 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from controller.core import Controller, ControllerError, Endpoint, SwitchFailure, port_span
 from controller.job_plan import JobError, JobSpec
+from controller.serve import DEFAULT_LISTEN, ParamsServer, parse_listen
 from controller.store import StoreError
 from controller.switch import SwitchError
 from controller.topology import TopologyError, load, read_json
@@ -34,6 +42,9 @@ EXAMPLES = {
     "slots": "passing-ctl slots",
     "stats": "passing-ctl stats 7 --json",
     "reconcile": "passing-ctl reconcile --dry-run",
+    "serve": "passing-ctl serve --listen 10.0.0.100:7700\n"
+             "  # then on a host: PASSING_CONTROLLER=10.0.0.100:7700 PASSING_JOB=7 <agent>\n"
+             "  curl http://10.0.0.100:7700/v1/jobs/7",
 }
 
 
@@ -102,7 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("job_id", type=int, nargs="?", help="one job (default: all)")
     r = add("reconcile", "compare switches with the job table; re-install what is missing")
     r.add_argument("--dry-run", action="store_true", help="report only, change nothing")
+    sv = add("serve", "serve the host agents' job parameters over HTTP (GET /v1/jobs, "
+                      "/v1/jobs/ID), read-only, until SIGINT/SIGTERM")
+    sv.add_argument("--listen", type=_listen, default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                    help=f"address to listen on (default {DEFAULT_LISTEN}: this machine only; "
+                         "port 0 picks a free one). Give the address of the hosts' management "
+                         "network: anyone who can reach it reads the jobs' session keys")
     return p
+
+
+def _listen(text: str) -> tuple[str, int]:
+    try:
+        return parse_listen(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def load_controller(args) -> Controller:
@@ -214,6 +238,41 @@ def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
     return res, text
 
 
+def serve(args, ctl: Controller | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; prints the URL first (stdout, flushed) for whoever started
+    it, e.g. the Mininet runner, which may have asked for port 0. Signals can only be caught in
+    the main thread: a program serving from another thread uses controller.serve.ParamsServer,
+    which it can shut down."""
+    own = ctl is None
+    if own:
+        ctl = load_controller(args)
+    try:
+        server = ParamsServer(ctl, *args.listen, log=sys.stderr)
+
+        def stop(signum, frame) -> None:
+            # shutdown() waits for serve_forever() to return, so it cannot run in the handler,
+            # which interrupts serve_forever's own thread.
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+        previous: dict[int, object] = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            print(json.dumps({"url": server.url}) if args.json else server.url, flush=True)
+            print(f"passing-ctl: serving the agent parameters of the jobs in "
+                  f"{ctl.store.path} (GET /v1/jobs, /v1/jobs/ID); stop with Ctrl-C or SIGTERM",
+                  file=sys.stderr, flush=True)
+            server.serve_forever()
+        finally:
+            server.shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        if own:
+            ctl.close()
+    return 0
+
+
 def run_job(ctl: Controller, args) -> tuple[object, str]:
     if args.job_cmd == "create":
         hosts = tuple(ctl.topo.hosts) if args.all_hosts else \
@@ -257,6 +316,8 @@ def main(argv: list[str] | None = None, ctl: Controller | None = None) -> int:
     """passing-ctl; with `ctl`, the command runs on that controller (no --config needed)."""
     args = build_parser().parse_args(argv)
     try:
+        if args.cmd == "serve":
+            return serve(args, ctl)
         result, text = run_with(ctl, args) if ctl is not None else run(args)
     except SwitchFailure as e:
         print(f"passing-ctl: {e}", file=sys.stderr)
