@@ -71,9 +71,11 @@ class PassingAllreduce:
             raise ValueError(f"job {params.job_id} is an {params.mode} job; PassingAllreduce "
                              "needs a job created in mode passing")
         self.group = group
-        self.local_size = dist.get_world_size(group)
-        self.leader = dist.get_global_rank(group, 0) if group is not None else 0
-        self.is_leader = dist.get_rank(group) == 0
+        # The local stage calls the group's own collectives (group-local ranks, leader 0), so
+        # that a group the `passing` backend builds without registering it works alike.
+        self._local = group if group is not None else dist.group.WORLD
+        self.local_size = self._local.size()
+        self.is_leader = self._local.rank() == 0
         self.session = job_session(params, group, session)
         self.streamer = None
         if self.is_leader:
@@ -86,24 +88,41 @@ class PassingAllreduce:
             self.streamer = SlotStreamer(cfg, transport)
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum `tensor` over every rank of every server of the job, in place."""
-        dist.reduce(tensor, dst=self.leader, group=self.group)
-        status = torch.zeros(1, dtype=torch.int32, device=tensor.device)
+        """Sum `tensor` over every rank of every server of the job, in place. Half-precision
+        tensors are summed in float32 inside the host (the switch sums in fixed point) and
+        rounded once, at the end."""
+        buf = tensor if tensor.dtype == torch.float32 else tensor.to(torch.float32)
+        self._local.reduce([buf], _reduce_to_leader()).wait()
+        status = torch.zeros(1, dtype=torch.int32, device=buf.device)
         message = ""
         if self.is_leader:
             try:
-                stream_tensor(self.streamer, tensor)
+                stream_tensor(self.streamer, buf)
             except NonFiniteError as e:
                 status[0], message = _NONFINITE, str(e)
             except (SwitchTimeout, SessionBroken) as e:
                 status[0], message = _TIMEOUT, str(e)
             except Exception as e:  # any other failure must not leave the others waiting
                 status[0], message = _OTHER, f"{type(e).__name__}: {e}"
-        dist.broadcast(status, src=self.leader, group=self.group)
+        self._local.broadcast([status], _from_leader()).wait()
         if int(status[0]) != _OK:
             raise AllreduceError(message or f"{_MESSAGES[int(status[0])]} (see the leader)")
-        dist.broadcast(tensor, src=self.leader, group=self.group)
+        self._local.broadcast([buf], _from_leader()).wait()
+        if buf is not tensor:
+            tensor.copy_(buf)
         return tensor
+
+
+def _reduce_to_leader() -> dist.ReduceOptions:
+    opts = dist.ReduceOptions()
+    opts.reduceOp, opts.rootRank = dist.ReduceOp.SUM, 0
+    return opts
+
+
+def _from_leader() -> dist.BroadcastOptions:
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    return opts
 
 
 def passing_hook(state: tuple[PassingAllreduce, int],

@@ -1,0 +1,285 @@
+"""The `passing` torch.distributed backend: `dist.init_process_group("passing")` under torchrun.
+
+torch registers it at start-up (host_agent.autoload); so does `import host_agent`. A process
+group of this backend:
+
+* sums `all_reduce` with SUM or AVG on float32, float16 and bfloat16 tensors through PASSING
+  (the host's ranks reduce onto their leader over gloo, or NCCL for CUDA tensors; the leader
+  streams the host's sum through the switch; the result is broadcast back), and
+* hands every other collective (broadcast, all_gather, reduce_scatter, barrier, MAX/MIN/PRODUCT,
+  integer or float64 tensors, point-to-point, ...) to gloo for CPU tensors and NCCL for CUDA ones,
+  which it registers as its own device backends, so their results are exactly gloo's and NCCL's.
+
+Only the default (world) group goes through the switch: the job's slots belong to one stream per
+host, so a second group summing on them at the same time would corrupt both. Groups made later
+with `dist.new_group` under this backend delegate everything.
+
+The job comes from the environment (host_agent.job_source): PASSING_JOB and PASSING_CONTROLLER,
+or PASSING_PARAMS, and PASSING_HOST where the host cannot be told from its addresses. The in-host
+groups come from torchrun's GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE. Everything that can be
+checked is checked before the first collective, on every rank at once (`_agree`): a wrong job,
+a host outside it, or a torchrun layout that does not match the job's hosts is an error raised
+by `init_process_group` on every rank, never a timeout at the first all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed import PrefixStore
+
+from host_agent.allreduce import PassingAllreduce
+from host_agent.autoload import BACKEND
+from host_agent.job_source import params_from_env, this_host
+from host_agent.session import _to_signed, new_session
+from passing.contract import JobParams
+
+_SUMMED = (torch.float32, torch.float16, torch.bfloat16)
+_BackendType = dist.ProcessGroup.BackendType
+
+
+class PassingInitError(RuntimeError):
+    """`init_process_group("passing")` cannot start: the message says which rank and why."""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where this rank sits, as torchrun describes it."""
+
+    node: int  # GROUP_RANK: the node (host) this rank runs on
+    local_rank: int
+    local_size: int
+
+
+def torchrun_layout(env: Mapping[str, str] = os.environ) -> _Layout:
+    """This rank's node and local rank from torchrun's environment."""
+    names = ("GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    missing = [n for n in names if n not in env]
+    if missing:
+        raise PassingInitError(
+            f"the passing backend needs torchrun's {', '.join(names)} to know which ranks share "
+            f"a host; {', '.join(missing)} not set (start the script with torchrun, or set them)")
+    try:
+        node, local_rank, local_size = (int(env[n]) for n in names)
+    except ValueError:
+        raise PassingInitError(f"{', '.join(f'{n}={env[n]!r}' for n in names)}: not "
+                               "integers") from None
+    if not 0 <= local_rank < local_size or node < 0:
+        raise PassingInitError(f"GROUP_RANK={node} LOCAL_RANK={local_rank} "
+                               f"LOCAL_WORLD_SIZE={local_size}: not a valid layout")
+    return _Layout(node, local_rank, local_size)
+
+
+def _agree(store: dist.Store, phase: str, rank: int, size: int, report: dict,
+           timeout: timedelta) -> list[dict]:
+    """Every rank's `report` for `phase`, on every rank; raises PassingInitError on all of them
+    when any rank reported an error. Over the store, not a collective: a rank whose
+    configuration is wrong reaches here without having built any group."""
+    store.set(f"{phase}/rank{rank}", json.dumps(report))
+    keys = [f"{phase}/rank{r}" for r in range(size)]
+    try:
+        store.wait(keys, timeout)
+    except (RuntimeError, dist.DistStoreError) as e:
+        raise PassingInitError(f"passing backend ({phase}): not every rank reported within "
+                               f"{timeout.total_seconds():.0f}s: {e}") from None
+    reports = [json.loads(v) for v in store.multi_get(keys)]
+    failed = [(r, x) for r, x in enumerate(reports) if x.get("error")]
+    if failed:
+        r, x = failed[0]
+        where = f"rank {r}" + (f" (host {x['host']})" if x.get("host") else "")
+        more = f" (and {len(failed) - 1} more ranks)" if len(failed) > 1 else ""
+        raise PassingInitError(f"passing backend: {where}: {x['error']}{more}")
+    return reports
+
+
+def _check_layout(params: JobParams, reports: list[dict]) -> dict[int, list[int]]:
+    """The global ranks of each node, after checking that the nodes are the job's hosts, one
+    node per host (the switch waits for exactly one stream per host)."""
+    nodes: dict[int, list[int]] = {}
+    for r, x in enumerate(reports):
+        nodes.setdefault(x["node"], []).append(r)
+    host_of: dict[int, str] = {}
+    for node, ranks in nodes.items():
+        hosts = {reports[r]["host"] for r in ranks}
+        sizes = {reports[r]["local_size"] for r in ranks}
+        if len(hosts) > 1:
+            raise PassingInitError(f"node {node}'s ranks name different hosts: "
+                                   f"{', '.join(sorted(hosts))} (set one PASSING_HOST per node)")
+        if sizes != {len(ranks)}:
+            raise PassingInitError(f"node {node} has {len(ranks)} ranks but LOCAL_WORLD_SIZE "
+                                   f"{', '.join(map(str, sorted(sizes)))}")
+        host_of[node] = hosts.pop()
+    named = sorted(host_of.values())
+    twice = sorted({h for h in named if named.count(h) > 1})
+    if twice:
+        raise PassingInitError(f"host {', '.join(twice)} is claimed by more than one torchrun "
+                               "node: give each node its own PASSING_HOST")
+    if named != params.host_names:
+        missing = sorted(set(params.host_names) - set(named))
+        raise PassingInitError(
+            f"job {params.job_id} has hosts {', '.join(params.host_names)}, but the torchrun "
+            f"nodes are {', '.join(named)}: "
+            + (f"no node for {', '.join(missing)} (the switch would wait for it); " if missing
+               else "")
+            + f"start one node per host (torchrun --nnodes {len(params.host_names)})")
+    return {node: sorted(ranks) for node, ranks in nodes.items()}
+
+
+def _backends(store: dist.Store, rank: int, size: int, timeout: timedelta
+              ) -> list[tuple[torch.device, _BackendType, dist.ProcessGroup]]:
+    """gloo for CPU tensors, NCCL for CUDA ones where this machine has both, on `store`."""
+    out = [(torch.device("cpu"), _BackendType.GLOO,
+            dist.ProcessGroupGloo(PrefixStore("cpu/", store), rank, size, timeout))]
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = timeout
+        out.append((torch.device("cuda"), _BackendType.NCCL,
+                    dist.ProcessGroupNCCL(PrefixStore("cuda/", store), rank, size, opts)))
+    return out
+
+
+def _group_of(store: dist.Store, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroup:
+    """A plain ProcessGroup whose collectives run on gloo or NCCL by the tensors' device."""
+    pg = dist.ProcessGroup(store, rank, size)
+    for device, kind, backend in _backends(store, rank, size, timeout):
+        pg._register_backend(device, kind, backend)
+    pg._set_default_backend(_BackendType.GLOO)
+    return pg
+
+
+def _done(tensors: list[torch.Tensor]) -> dist.Work:
+    fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+    fut.set_result(tensors)
+    return torch._C._distributed_c10d._create_work_from_future(fut)
+
+
+class PassingProcessGroup(dist.ProcessGroup):
+    """See the module docstring. `passing` is None for a group that only delegates."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
+                 passing: PassingAllreduce | None = None):
+        super().__init__(rank, size)
+        self._delegates = {}
+        for device, kind, backend in _backends(PrefixStore("delegate/", store), rank, size,
+                                               timeout):
+            # Registered as this group's own device backends: every collective not
+            # overridden below runs on them through c10d's ordinary dispatch.
+            self._register_backend(device, kind, backend)
+            self._delegates[device.type] = backend
+        self._set_default_backend(_BackendType.GLOO)
+        self.passing = passing
+
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    def _through_switch(self, tensors: list[torch.Tensor], op: dist.ReduceOp) -> bool:
+        # `==`, not `in`: the ReduceOp an option holds is not equal to the enum on the left.
+        return (self.passing is not None and (op == dist.ReduceOp.SUM or op == dist.ReduceOp.AVG)
+                and all(t.dtype in _SUMMED and t.device.type in ("cpu", "cuda")
+                        for t in tensors))
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if opts is None:
+            opts = dist.AllreduceOptions()
+        op = opts.reduceOp
+        if self._through_switch(tensors, op):
+            for t in tensors:
+                self.passing.allreduce(t)
+        elif op == dist.ReduceOp.AVG:
+            # gloo has no AVG; this backend offers it for every dtype, so sum and divide.
+            summed = dist.AllreduceOptions()
+            summed.reduceOp = dist.ReduceOp.SUM
+            self._delegate(tensors).allreduce(tensors, summed).wait()
+        else:
+            return self._delegate(tensors).allreduce(tensors, opts)
+        if op == dist.ReduceOp.AVG:
+            for t in tensors:
+                if t.is_floating_point():
+                    t.div_(self.size())
+                else:
+                    t.floor_divide_(self.size())
+        return _done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        one = dist.AllreduceOptions()
+        one.reduceOp = opts.reduceOp
+        if self._through_switch(tensors, opts.reduceOp) or opts.reduceOp == dist.ReduceOp.AVG:
+            for t in tensors:
+                self.allreduce([t], one).wait()
+            return _done(tensors)
+        return self._delegate(tensors).allreduce_coalesced(tensors, opts)
+
+    def _delegate(self, tensors: list[torch.Tensor]):
+        kind = tensors[0].device.type if tensors else "cpu"
+        if kind not in self._delegates:
+            raise RuntimeError(f"passing backend: no backend for {kind} tensors here "
+                               f"(have {', '.join(self._delegates)})")
+        return self._delegates[kind]
+
+
+def stream_options(env: Mapping[str, str] = os.environ) -> dict[str, float]:
+    """PASSING_TIMEOUT: seconds the switch may give no answer before an all-reduce fails
+    (default host_agent.stream.StreamConfig.deadline)."""
+    text = env.get("PASSING_TIMEOUT")
+    if text is None:
+        return {}
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise PassingInitError(f"PASSING_TIMEOUT={text!r}: not a positive number of seconds")
+    return {"deadline": seconds}
+
+
+def _report(env: Mapping[str, str]) -> tuple[dict, tuple]:
+    """This rank's half of the start-up check: its node and host, or the error it met."""
+    try:
+        layout = torchrun_layout(env)
+        options = stream_options(env)
+        params = params_from_env(env)
+        host = this_host(params, env)
+        if params.mode != "passing":
+            raise PassingInitError(f"job {params.job_id} is an {params.mode} job; the passing "
+                                   "backend needs a job created in mode passing")
+    except (PassingInitError, RuntimeError, ValueError) as e:
+        return {"error": str(e)}, ()
+    return ({"node": layout.node, "host": host, "local_size": layout.local_size},
+            (params, host, options))
+
+
+def create_process_group(store: dist.Store, rank: int, size: int,
+                         timeout: timedelta) -> dist.ProcessGroup:
+    """The creator torch calls for `init_process_group("passing")` and for `new_group` under
+    it (register_backend's non-extended signature)."""
+    if dist.is_initialized():  # a group made after the world: delegates everything
+        return PassingProcessGroup(store, rank, size, timeout)
+    report, found = _report(os.environ)
+    reports = _agree(store, "passing/config", rank, size, report, timeout)
+    params, host, options = found
+    nodes = _check_layout(params, reports)
+    node = reports[rank]["node"]
+    local = _group_of(PrefixStore(f"passing/local{node}/", store), nodes[node].index(rank),
+                      len(nodes[node]), timeout)
+    pg = PassingProcessGroup(store, rank, size, timeout)
+    session = torch.tensor([_to_signed(new_session())], dtype=torch.int64)
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    pg._delegates["cpu"].broadcast([session], opts).wait()
+    error = ""
+    try:
+        pg.passing = PassingAllreduce(params, host, local, session=int(session.item()) & (
+            (1 << 64) - 1), **options)
+    except (OSError, RuntimeError, ValueError) as e:  # e.g. the leader cannot bind its port
+        error = f"{type(e).__name__}: {e}"
+    _agree(store, "passing/ready", rank, size, {"error": error, "host": host}, timeout)
+    return pg

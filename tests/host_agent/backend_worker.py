@@ -1,0 +1,197 @@
+"""One rank of the `passing` backend tests, started by torchrun (tests/host_agent/test_backend.py).
+
+Writes what it saw to $OUT_DIR/rank<R>.json: the results of every collective next to gloo's on
+the same inputs, or the error it met. SCENARIO picks what to run:
+  collectives  every all-reduce PASSING carries and every delegated collective, checked
+  ddp          the same DDP training on the passing group and on a gloo group
+  die          training until the test kills a node; the survivors must raise, not hang
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+# No import of ours: torch registers the backend at start-up (host_agent.autoload), as it does
+# for a user's script.
+
+OUT = Path(os.environ["OUT_DIR"])
+RANK = int(os.environ["RANK"])
+
+
+def put(name: str, value: object) -> None:
+    (OUT / f"rank{RANK}.{name}.json").write_text(json.dumps(value))
+
+
+def values(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Distinct per rank; exactly representable in every dtype tried, so sums are exact."""
+    return (torch.arange(n, dtype=torch.float32) % 64 - 20 + rank * 0.25).to(dtype)
+
+
+def both(gloo: dist.ProcessGroup, fn) -> tuple[list, list]:
+    """fn(group) run on the passing world group and on the gloo group, as nested lists."""
+    return fn(None), fn(gloo)
+
+
+def collectives(gloo: dist.ProcessGroup) -> dict:
+    world = dist.get_world_size()
+    out: dict[str, object] = {"backend": dist.get_backend()}
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for op in ("SUM", "AVG"):
+            t = values(RANK, 1000, dtype)
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+            expected = sum(values(r, 1000, torch.float64) for r in range(world))
+            if op == "AVG":
+                expected = expected / world
+            out[f"allreduce_{op}_{dtype}"] = {
+                "dtype_kept": t.dtype == dtype,
+                "max_error": float((t.double() - expected).abs().max())}
+    leader = dist.group.WORLD.passing.streamer
+    out["leader_packets"] = leader.stats.packets if leader is not None else None
+
+    def pair(name: str, fn) -> None:
+        mine, ref = both(gloo, fn)
+        out[name] = {"passing": mine, "gloo": ref}
+
+    def reduce_with(op):
+        def fn(g):
+            t = values(RANK, 64, torch.float32)
+            dist.all_reduce(t, op=op, group=g)
+            return t.tolist()
+        return fn
+    for op in ("MAX", "MIN", "PRODUCT"):
+        pair(f"allreduce_{op}", reduce_with(getattr(dist.ReduceOp, op)))
+
+    def int_sum(g):
+        t = torch.arange(10, dtype=torch.int64) * (RANK + 1) + 2**40
+        dist.all_reduce(t, group=g)
+        return t.tolist()
+    pair("allreduce_int64", int_sum)
+
+    def f64_sum(g):
+        t = torch.full((5,), 0.1 * (RANK + 1), dtype=torch.float64)
+        dist.all_reduce(t, group=g)
+        return t.tolist()
+    pair("allreduce_float64", f64_sum)
+
+    def broadcast(g):
+        t = values(RANK, 8, torch.float32)
+        dist.broadcast(t, src=1, group=g)
+        return t.tolist()
+    pair("broadcast", broadcast)
+
+    def all_gather(g):
+        parts = [torch.zeros(3) for _ in range(world)]
+        dist.all_gather(parts, torch.full((3,), float(RANK)), group=g)
+        return [p.tolist() for p in parts]
+    pair("all_gather", all_gather)
+
+    def all_gather_into_tensor(g):
+        whole = torch.zeros(2 * world)
+        dist.all_gather_into_tensor(whole, torch.full((2,), RANK + 0.5), group=g)
+        return whole.tolist()
+    pair("all_gather_into_tensor", all_gather_into_tensor)
+
+    def reduce_scatter(g):
+        t = torch.zeros(2)
+        dist.reduce_scatter_tensor(t, values(RANK, 2 * world, torch.float32), group=g)
+        return t.tolist()
+    pair("reduce_scatter_tensor", reduce_scatter)
+
+    def reduce(g):
+        t = values(RANK, 4, torch.float32)
+        dist.reduce(t, dst=0, group=g)
+        return t.tolist() if RANK == 0 else None
+    pair("reduce", reduce)
+
+    def all_to_all(g):
+        t = torch.arange(world, dtype=torch.float32) + 10 * RANK
+        o = torch.zeros(world)
+        dist.all_to_all_single(o, t, group=g)
+        return o.tolist()
+    pair("all_to_all_single", all_to_all)
+
+    def gather_object(g):
+        objs = [None] * world
+        dist.all_gather_object(objs, {"rank": RANK}, group=g)
+        return objs
+    pair("all_gather_object", gather_object)
+
+    def send_recv(g):
+        t = torch.full((2,), float(RANK))
+        peer = RANK ^ 1
+        if RANK % 2 == 0:
+            dist.send(t, peer, group=g)
+            dist.recv(t, peer, group=g)
+        else:
+            got = torch.zeros(2)
+            dist.recv(got, peer, group=g)
+            dist.send(t, peer, group=g)
+            t = got
+        return t.tolist()
+    pair("send_recv", send_recv)
+
+    def barrier(g):
+        dist.barrier(group=g)
+        return "passed"
+    pair("barrier", barrier)
+
+    sub = dist.new_group([0, 1])  # under the default backend: delegates
+    if RANK < 2:
+        t = torch.full((3,), RANK + 1.0)
+        dist.all_reduce(t, group=sub)
+        out["subgroup_sum"] = t.tolist()
+    return out
+
+
+def train(group, steps: int) -> list[float]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+    ddp = DDP(model, process_group=group)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + RANK)
+    for step in range(steps):
+        x = torch.randn(8, 16, generator=gen)
+        y = torch.randint(0, 4, (8,), generator=gen)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        if step == 2:
+            put("training", True)  # the "die" scenario kills a node from here on
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+
+
+def main() -> int:
+    scenario = os.environ["SCENARIO"]
+    try:
+        dist.init_process_group("passing")
+        gloo = dist.new_group(backend="gloo")
+        if scenario == "collectives":
+            put("result", collectives(gloo))
+        elif scenario == "ddp":
+            put("result", {"passing": train(None, 6), "gloo": train(gloo, 6)})
+        elif scenario == "die":
+            start = time.monotonic()
+            try:
+                train(None, 10**6)
+            finally:
+                put("elapsed", time.monotonic() - start)
+        dist.destroy_process_group()
+    except Exception as e:
+        put("error", {"type": type(e).__name__, "message": str(e),
+                      "traceback": traceback.format_exc()})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

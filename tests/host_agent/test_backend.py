@@ -1,0 +1,218 @@
+"""The `passing` torch.distributed backend under torchrun: 2 hosts x 2 local ranks, each host a
+torchrun node, summing through the switch model behind real UDP on loopback
+(testbed.loopback.UdpLoopbackSwitch). No root needed; the Mininet version of the same is in
+tests/integration/test_mininet.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.loopback import UdpLoopbackSwitch
+from tests import REPO
+
+HOSTS, LOCAL = 2, 2
+WORKER = Path(__file__).with_name("backend_worker.py")
+# bfloat16 keeps 8 bits of mantissa: values up to ~64 are exact to 0.25, sums of four to 1.
+TOLERANCE = {"torch.float32": 1e-3, "torch.float16": 0.05, "torch.bfloat16": 1.0}
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def switch():
+    sw = UdpLoopbackSwitch(HOSTS, agent_udp_port=free_port(socket.SOCK_DGRAM), slots=16)
+    yield sw
+    sw.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class Run:
+    """Both torchrun nodes of one run, each in its own process group (so that the test can
+    kill one node whole), killed whatever happens."""
+
+    def __init__(self, tmp: Path, scenario: str, params_file: Path, hosts: list[str],
+                 extra_env: dict[str, str] | None = None):
+        self.out = tmp / "out"
+        self.out.mkdir()
+        port = free_port()
+        self.procs: list[subprocess.Popen] = []
+        for node, host in enumerate(hosts):
+            env = {**os.environ, "PYTHONPATH": str(REPO), "OUT_DIR": str(self.out),
+                   "SCENARIO": scenario, "PASSING_PARAMS": str(params_file),
+                   "PASSING_HOST": host, "PASSING_TIMEOUT": "5", "OMP_NUM_THREADS": "1",
+                   **(extra_env or {})}
+            log = open(tmp / f"node{node}.log", "w")
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
+                 "--nproc-per-node", str(LOCAL), "--node-rank", str(node),
+                 "--master-addr", "127.0.0.1", "--master-port", str(port),
+                 "--max-restarts", "0", str(WORKER)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=tmp))
+
+    def wait(self, timeout: float) -> list[int | None]:
+        """Exit codes (None: still running at the deadline, then killed)."""
+        deadline = time.monotonic() + timeout
+        codes = []
+        for p in self.procs:
+            try:
+                codes.append(p.wait(max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        self.kill()
+        return codes
+
+    def kill_node(self, node: int) -> None:
+        """SIGKILL to the node's torchrun and every process under it, as a node that fails
+        leaves them (torchrun starts its workers in sessions of their own)."""
+        p = self.procs[node]
+        if p.poll() is not None:  # exited: its pid may be another process's by now
+            return
+        for pid in [*descendants(p.pid), p.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait()
+
+    def kill(self) -> None:
+        for node in range(len(self.procs)):
+            self.kill_node(node)
+
+    def read(self, rank: int, name: str):
+        path = self.out / f"rank{rank}.{name}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+@pytest.fixture
+def launch(tmp_path, switch):
+    runs: list[Run] = []
+
+    def start(scenario: str, hosts: list[str] | None = None, params: dict | None = None,
+              **env: str) -> Run:
+        params_file = tmp_path / "job.json"
+        params_file.write_text(json.dumps(params or switch.agent_params(LOCAL).to_dict()))
+        run = Run(tmp_path, scenario, params_file, hosts or ["h1", "h2"], env)
+        runs.append(run)
+        return run
+    yield start
+    for run in runs:
+        run.kill()
+
+
+def logs(tmp: Path) -> str:
+    return "\n".join(p.read_text()[-3000:] for p in sorted(tmp.glob("node*.log")))
+
+
+def test_collectives_through_the_switch_and_delegated(launch, switch, tmp_path):
+    run = launch("collectives")
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    world = HOSTS * LOCAL
+    results = [run.read(r, "result") for r in range(world)]
+    assert all(results), [run.read(r, "error") for r in range(world)]
+    for rank, res in enumerate(results):
+        assert res["backend"] == "passing"
+        for dtype, tol in TOLERANCE.items():
+            for op in ("SUM", "AVG"):
+                got = res[f"allreduce_{op}_{dtype}"]
+                assert got["dtype_kept"] and got["max_error"] <= tol, (rank, op, dtype, got)
+        for name in ("allreduce_MAX", "allreduce_MIN", "allreduce_PRODUCT", "allreduce_int64",
+                     "allreduce_float64", "broadcast", "all_gather", "all_gather_into_tensor",
+                     "reduce_scatter_tensor", "reduce", "all_to_all_single",
+                     "all_gather_object", "send_recv", "barrier"):
+            assert res[name]["passing"] == res[name]["gloo"], (rank, name, res[name])
+        if rank < 2:
+            assert res["subgroup_sum"] == [3.0, 3.0, 3.0]
+    # The sums went through the switch: each host's leader streamed every all-reduce (6 of
+    # 1000 values), and the switch multicast results to both hosts.
+    leaders = [results[r]["leader_packets"] for r in (0, 2)]
+    assert all(p is not None and p >= 6 * 1000 // 64 for p in leaders), leaders
+    assert results[1]["leader_packets"] is None and results[3]["leader_packets"] is None
+    assert switch.delivered >= 2 * min(leaders)
+
+
+def test_ddp_on_passing_equals_ddp_on_gloo(launch, tmp_path):
+    run = launch("ddp")
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    weights = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
+    assert all(weights), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    for rank, w in enumerate(weights):
+        ours, ref = w["passing"], w["gloo"]
+        assert len(ours) == len(ref)
+        assert max(abs(a - b) for a, b in zip(ours, ref, strict=True)) < 1e-3, rank
+        # every rank holds the same model, bit for bit
+        assert ours == weights[0]["passing"]
+
+
+def test_a_killed_node_gives_the_others_an_error_not_a_hang(launch, tmp_path):
+    run = launch("die")
+    deadline = time.monotonic() + 120
+    while not (run.read(2, "training") and run.read(0, "training")):
+        assert time.monotonic() < deadline, logs(tmp_path)
+        assert all(p.poll() is None for p in run.procs), logs(tmp_path)
+        time.sleep(0.2)
+    killed_at = time.monotonic()
+    run.kill_node(1)
+    codes = run.wait(60)
+    assert codes[0] not in (0, None), logs(tmp_path)  # node 0 failed, on its own, in time
+    assert time.monotonic() - killed_at < 60
+    for rank in (0, 1):
+        err = run.read(rank, "error")
+        assert err is not None, logs(tmp_path)
+        assert err["type"] == "AllreduceError" or "AllreduceError" in err["traceback"], err
+
+
+@pytest.mark.parametrize("case", ["host not in job", "job of another mode", "too few nodes"])
+def test_a_wrong_job_or_host_fails_at_init_on_every_rank(launch, switch, tmp_path, case):
+    params = switch.agent_params(LOCAL).to_dict()
+    hosts = ["h1", "h2"]
+    if case == "host not in job":
+        hosts = ["h1", "h9"]
+        expect = "h9"
+    elif case == "job of another mode":
+        ina = UdpLoopbackSwitch(HOSTS, agent_udp_port=free_port(socket.SOCK_DGRAM), ranks=2)
+        params = ina.agent_params().to_dict()
+        ina.close()
+        expect = "mode passing"
+    else:
+        params["hosts"]["h3"] = {**params["hosts"]["h2"], "host_ip": "127.0.0.13",
+                                 "contributor_id": 2}
+        expect = "no node for h3"
+    start = time.monotonic()
+    run = launch("collectives", hosts=hosts, params=params)
+    codes = run.wait(120)
+    assert all(c not in (0, None) for c in codes), logs(tmp_path)
+    assert time.monotonic() - start < 90
+    for rank in range(HOSTS * LOCAL):
+        err = run.read(rank, "error")
+        assert err is not None and err["type"] == "PassingInitError", (rank, err)
+        assert expect in err["message"], (rank, err["message"])

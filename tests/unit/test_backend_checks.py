@@ -1,0 +1,85 @@
+"""The `passing` backend's start-up checks, without processes: torchrun's layout, the timeout
+knob, and whether the torchrun nodes are exactly the job's hosts. Every failure must name what
+is wrong and what to do; the torchrun tests (tests/host_agent/test_backend.py) check that the
+same errors reach every rank."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from host_agent.backend import PassingInitError, _check_layout, stream_options, torchrun_layout
+from passing.contract import HostParams, JobParams
+
+
+def job(hosts: list[str]) -> JobParams:
+    return JobParams(3, "passing", "", 48879, 61000, 8, tuple(
+        HostParams(h, f"10.0.0.{i + 1}", "10.0.0.254", "02:00:00:00:00:01", i, 2)
+        for i, h in enumerate(hosts)))
+
+
+def reports(*nodes: tuple[int, str, int]) -> list[dict]:
+    """One report per rank: (node, host, local ranks) per node, ranks in order."""
+    return [{"node": n, "host": h, "local_size": size} for n, h, size in nodes
+            for _ in range(size)]
+
+
+def test_layout_from_torchrun_environment():
+    layout = torchrun_layout({"GROUP_RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"})
+    assert (layout.node, layout.local_rank, layout.local_size) == (1, 0, 2)
+
+
+@pytest.mark.parametrize("env, says", [
+    ({}, "GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE not set"),
+    ({"GROUP_RANK": "0", "LOCAL_RANK": "0"}, "LOCAL_WORLD_SIZE not set"),
+    ({"GROUP_RANK": "0", "LOCAL_RANK": "x", "LOCAL_WORLD_SIZE": "2"}, "not integers"),
+    ({"GROUP_RANK": "0", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, "not a valid layout"),
+])
+def test_layout_errors_name_the_variables(env, says):
+    with pytest.raises(PassingInitError, match=says):
+        torchrun_layout(env)
+
+
+def test_timeout_knob():
+    assert stream_options({}) == {}
+    assert stream_options({"PASSING_TIMEOUT": "2.5"}) == {"deadline": 2.5}
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(PassingInitError, match="PASSING_TIMEOUT"):
+            stream_options({"PASSING_TIMEOUT": bad})
+
+
+def test_nodes_matching_the_hosts_give_each_node_its_ranks():
+    nodes = _check_layout(job(["h1", "h2"]), reports((0, "h1", 2), (1, "h2", 2)))
+    assert nodes == {0: [0, 1], 1: [2, 3]}
+    # Node numbers need not follow the hosts' order.
+    assert _check_layout(job(["h1", "h2"]), reports((0, "h2", 1), (1, "h1", 1))) == \
+        {0: [0], 1: [1]}
+
+
+@pytest.mark.parametrize("nodes, says", [
+    (((0, "h1", 2),), "no node for h2 .*--nnodes 2"),
+    (((0, "h1", 1), (1, "h1", 1)), "h1 is claimed by more than one torchrun node"),
+    (((0, "h1", 1), (1, "h2", 1), (2, "h3", 1)), "nodes are h1, h2, h3"),
+])
+def test_nodes_that_are_not_the_jobs_hosts_are_refused(nodes, says):
+    with pytest.raises(PassingInitError, match=says):
+        _check_layout(job(["h1", "h2"]), reports(*nodes))
+
+
+def test_ranks_of_one_node_naming_different_hosts_are_refused():
+    bad = reports((0, "h1", 2), (1, "h2", 2))
+    bad[1]["host"] = "h2"
+    with pytest.raises(PassingInitError, match="node 0's ranks name different hosts"):
+        _check_layout(job(["h1", "h2"]), bad)
+
+
+def test_torch_knows_the_backend_after_import_torch_alone(tmp_path):
+    # Registered by the torch.backends entry point (host_agent.autoload), as a user's script
+    # that imports nothing of ours gets it; the backend itself is imported only when used.
+    probe = ("import sys, torch, torch.distributed as dist; "
+             "print('PASSING' in dist.Backend._plugins, 'host_agent.backend' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=tmp_path, check=True).stdout.split()
+    assert out == ["True", "False"]
