@@ -28,10 +28,12 @@ import numpy as np
 from bench.agent import STRATEGIES
 from bench.agent.check import expected_sum, rank_tensor
 from bench.sizes import parse_size
+from host_agent.job_source import JobSourceError, params_from_env, this_host
 from passing.contract import JobParams, ParamsError
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
-           "  passing-agent --params job7.json --host h1 --size 4M --iters 5")
+           "  passing-agent --params job7.json --host h1 --size 4M --iters 5\n"
+           "  PASSING_CONTROLLER=10.0.0.100:7700 PASSING_JOB=7 passing-agent --size 4M")
 
 
 def _die_with_parent(parent: int) -> None:
@@ -245,9 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Run timed PASSING all-reduces on this host: G local ranks pre-aggregate "
                     "with torch.distributed, the leader streams through the switch.",
         epilog="example:\n  " + EXAMPLE)
-    ap.add_argument("--params", required=True,
-                    help="the job's agent parameters (JSON from passing-ctl)")
-    ap.add_argument("--host", required=True, help="this host's name in the job")
+    ap.add_argument("--params", default=None,
+                    help="the job's agent parameters (JSON from passing-ctl); default: from "
+                         "the environment, PASSING_PARAMS or PASSING_JOB + PASSING_CONTROLLER "
+                         "(`passing-ctl serve`)")
+    ap.add_argument("--host", default=None,
+                    help="this host's name in the job (default: PASSING_HOST, else the job's "
+                         "host whose address is this machine's)")
     ap.add_argument("--size", type=parse_size, default=parse_size("1M"),
                     help="float32 values per tensor, K/M suffixes (default 1M)")
     ap.add_argument("--iters", type=int, default=3, help="timed all-reduces (default 3)")
@@ -278,9 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     try:
-        params = JobParams.load(args.params)
+        params = JobParams.load(args.params) if args.params else params_from_env()
+        if args.host is None:
+            args.host = this_host(params)
     except ParamsError as e:
         ap.error(f"--params {args.params}: {e}")
+    except JobSourceError as e:
+        ap.error(str(e))
     if args.host not in params.host_names:
         ap.error(f"--host: {args.host} is not in job {params.job_id} "
                  f"(hosts: {', '.join(params.host_names)})")

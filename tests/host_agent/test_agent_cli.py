@@ -38,8 +38,10 @@ def params_file(tmp_path):
     sw.close()
 
 
-def agent(*args: str, python: tuple[str, ...] = ("-m", "bench.agent.cli")) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *python, *args],
+def agent(*args: str, python: tuple[str, ...] = ("-m", "bench.agent.cli"),
+          env: dict[str, str] | None = None) -> subprocess.Popen:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PASSING_")}
+    return subprocess.Popen([sys.executable, *python, *args], env={**clean, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -52,6 +54,21 @@ def test_two_hosts_get_the_correct_sum(params_file):
         res = json.loads(out)
         assert res["correct"] and res["contributors"] == 4 and res["local_ranks"] == 2
         assert res["size"] == 3072 and res["goodput_gbps"] > 0
+
+
+def test_the_job_and_host_from_the_environment(params_file):
+    procs = [agent("--size", "1K", "--iters", "1", "--json",
+                   env={"PASSING_PARAMS": str(params_file), "PASSING_HOST": h})
+             for h in ("h1", "h2")]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0 and json.loads(out)["correct"], err
+
+
+def test_no_job_anywhere_says_where_to_give_it():
+    p = agent("--size", "1K")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "PASSING_PARAMS" in err and "PASSING_JOB" in err, err
 
 
 def test_bad_arguments_exit_2(params_file):
