@@ -38,7 +38,7 @@ class ServeError(ControllerError):
 
 def parse_listen(text: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:PORT` for IPv6) -> (host, port); ValueError says what is wrong."""
-    example = f"expected HOST:PORT, e.g. 10.0.0.100:7700, or 127.0.0.1:0 (any free port)"
+    example = "expected HOST:PORT, e.g. 10.0.0.100:7700, or 127.0.0.1:0 (any free port)"
     m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:([0-9]{1,5})|([^\s:\[\]]+):([0-9]{1,5})", text)
     if not m:
         raise ValueError(f"{text!r}: {example}")

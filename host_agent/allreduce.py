@@ -8,8 +8,15 @@ CUDA). `allreduce(tensor)`, called by every local rank:
    over all servers;
 3. the leader broadcasts the result to the local ranks.
 
-A failure on the leader (switch timeout, NaN/Inf) is broadcast as a status first, so that every
-local rank raises instead of waiting forever for a tensor that will not come.
+A failure on the leader (switch timeout, NaN/Inf) is broadcast as a status first, with its
+message, so that every local rank raises the leader's error instead of waiting forever for a
+tensor that will not come.
+
+The tensor is changed in place as gloo and NCCL change it: outside autograd (a loss summed
+across ranks keeps its graph; a parameter may be summed), whatever its layout (a strided view
+is summed through a contiguous copy), rounded once from the switch's float64 result to its own
+dtype, after an optional division (AVG divides before rounding, so a float16 average of large
+values does not overflow where the sum would).
 """
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as objects.
@@ -26,6 +33,8 @@ from passing.contract import JobParams
 _OK, _NONFINITE, _TIMEOUT, _OTHER = 0, 1, 2, 3
 _MESSAGES = {_NONFINITE: "NaN or Inf in the gradients", _TIMEOUT: "the switch did not answer",
              _OTHER: "the leader failed"}
+_STATUS_BYTES = 512  # the status code, then the leader's message (utf-8, cut to fit)
+NONFINITE_POLICIES = ("raise", "propagate")
 
 
 def stream_tensor(streamer: SlotStreamer, tensor: torch.Tensor) -> torch.Tensor:
@@ -58,18 +67,24 @@ def job_session(params: JobParams, group: dist.ProcessGroup | None,
 class PassingAllreduce:
     def __init__(self, params: JobParams, host: str, group: dist.ProcessGroup | None = None,
                  transport: Transport | None = None, *, session: int | None = None,
-                 **stream_options):
+                 nonfinite: str = "raise", **stream_options):
         """params: the job's agent parameters (JobParams.load of passing-ctl's --params-out, or
         JobParams.from_dict of 'agent_params' in passing-ctl job show --json);
         host: this server's name in them; group: the local ranks (default: the whole world,
         i.e. one server); session: the run's session number, the same on every host
         (host_agent.session); by default it is agreed over the default process group, which
-        then must span every host of the job, and every rank of it constructs this together."""
+        then must span every host of the job, and every rank of it constructs this together;
+        nonfinite: with NaN or Inf on any rank, "raise" AllreduceError on every rank, or
+        "propagate": the result is NaN everywhere, as a sum with NaN in it is (what
+        torch.amp.GradScaler needs to skip the step)."""
         # Refused here, on every rank: a wrong job would leave the leader waiting on the switch.
         h = params.host(host)
         if params.mode != "passing":
             raise ValueError(f"job {params.job_id} is an {params.mode} job; PassingAllreduce "
                              "needs a job created in mode passing")
+        if nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"nonfinite={nonfinite!r}: one of {', '.join(NONFINITE_POLICIES)}")
+        self.nonfinite = nonfinite
         self.group = group
         # The local stage calls the group's own collectives (group-local ranks, leader 0), so
         # that a group the `passing` backend builds without registering it works alike.
@@ -87,30 +102,50 @@ class PassingAllreduce:
                                local_gpus=self.local_size, **stream_options)
             self.streamer = SlotStreamer(cfg, transport)
 
-    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum `tensor` over every rank of every server of the job, in place. Half-precision
-        tensors are summed in float32 inside the host (the switch sums in fixed point) and
-        rounded once, at the end."""
-        buf = tensor if tensor.dtype == torch.float32 else tensor.to(torch.float32)
-        self._local.reduce([buf], _reduce_to_leader()).wait()
-        status = torch.zeros(1, dtype=torch.int32, device=buf.device)
-        message = ""
-        if self.is_leader:
-            try:
-                stream_tensor(self.streamer, buf)
-            except NonFiniteError as e:
-                status[0], message = _NONFINITE, str(e)
-            except (SwitchTimeout, SessionBroken) as e:
-                status[0], message = _TIMEOUT, str(e)
-            except Exception as e:  # any other failure must not leave the others waiting
-                status[0], message = _OTHER, f"{type(e).__name__}: {e}"
-        self._local.broadcast([status], _from_leader()).wait()
-        if int(status[0]) != _OK:
-            raise AllreduceError(message or f"{_MESSAGES[int(status[0])]} (see the leader)")
-        self._local.broadcast([buf], _from_leader()).wait()
-        if buf is not tensor:
-            tensor.copy_(buf)
+    def allreduce(self, tensor: torch.Tensor, divide_by: int = 1) -> torch.Tensor:
+        """Sum `tensor` over every rank of every server of the job, in place (then divided by
+        `divide_by`). The local stage sums in float32 (half-precision tensors too)."""
+        with torch.no_grad():
+            t = tensor.detach()
+            work = t if t.is_contiguous() else t.contiguous()
+            local_sum = work if work.dtype == torch.float32 else work.to(torch.float32)
+            self._local.reduce([local_sum], _reduce_to_leader()).wait()
+            status = torch.zeros(_STATUS_BYTES, dtype=torch.uint8, device=work.device)
+            if self.is_leader:
+                code, message = self._through_switch(local_sum, work, divide_by)
+                encoded = message.encode()[:_STATUS_BYTES - 1]
+                status[0] = code
+                status[1:1 + len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+            self._local.broadcast([status], _from_leader()).wait()
+            code = int(status[0])
+            if code != _OK:
+                message = bytes(status[1:].cpu().tolist()).rstrip(b"\0").decode(errors="replace")
+                raise AllreduceError(message or _MESSAGES[code])
+            self._local.broadcast([work], _from_leader()).wait()
+            if work is not t:
+                t.copy_(work)
         return tensor
+
+    def _through_switch(self, local_sum: torch.Tensor, out: torch.Tensor,
+                        divide_by: int) -> tuple[int, str]:
+        """The leader's part: stream the host's sum, write the result into `out` (rounded
+        once, to out's dtype). (status code, message for the other local ranks)."""
+        try:
+            total = self.streamer.allreduce(local_sum.to("cpu", torch.float64).numpy())
+            result = torch.from_numpy(np.asarray(total).reshape(out.shape))
+        except NonFiniteError as e:
+            if self.nonfinite == "raise":
+                return _NONFINITE, str(e)
+            # Every host left the slots in step (the stream completed); the sum is not a number.
+            result = torch.full(out.shape, float("nan"), dtype=torch.float64)
+        except (SwitchTimeout, SessionBroken) as e:
+            return _TIMEOUT, str(e)
+        except Exception as e:  # any other failure must not leave the others waiting
+            return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
+        if divide_by != 1:
+            result /= divide_by
+        out.copy_(result)
+        return _OK, ""
 
 
 def _reduce_to_leader() -> dist.ReduceOptions:

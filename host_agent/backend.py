@@ -1,7 +1,7 @@
 """The `passing` torch.distributed backend: `dist.init_process_group("passing")` under torchrun.
 
-torch registers it at start-up (host_agent.autoload); so does `import host_agent`. A process
-group of this backend:
+torch registers it at start-up (passing/_torch_autoload.py); so does `import host_agent`. A
+process group of this backend:
 
 * sums `all_reduce` with SUM or AVG on float32, float16 and bfloat16 tensors through PASSING
   (the host's ranks reduce onto their leader over gloo, or NCCL for CUDA tensors; the leader
@@ -24,6 +24,7 @@ by `init_process_group` on every rank, never a timeout at the first all-reduce.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -35,9 +36,9 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from host_agent.allreduce import PassingAllreduce
-from host_agent.autoload import BACKEND
 from host_agent.job_source import params_from_env, this_host
 from host_agent.session import _to_signed, new_session
+from passing._torch_autoload import BACKEND
 from passing.contract import JobParams
 
 _SUMMED = (torch.float32, torch.float16, torch.bfloat16)
@@ -99,8 +100,18 @@ def _agree(store: dist.Store, phase: str, rank: int, size: int, report: dict,
 
 
 def _check_layout(params: JobParams, reports: list[dict]) -> dict[int, list[int]]:
-    """The global ranks of each node, after checking that the nodes are the job's hosts, one
-    node per host (the switch waits for exactly one stream per host)."""
+    """The global ranks of each node, after checking that every rank holds the same job and
+    that the nodes are the job's hosts, one node per host (the switch waits for exactly one
+    stream per host)."""
+    mine = params_digest(params)
+    other = next((r for r, x in enumerate(reports) if x["digest"] != mine), None)
+    if other is not None:
+        x = reports[other]
+        raise PassingInitError(
+            f"the ranks do not hold the same job parameters: rank {other} (host {x['host']}) "
+            f"has job {x['job']}" + (" with other parameters" if x["job"] == params.job_id
+                                     else "") + f", others job {params.job_id}: give every "
+            "node the same PASSING_JOB and PASSING_CONTROLLER (or PASSING_PARAMS)")
     nodes: dict[int, list[int]] = {}
     for r, x in enumerate(reports):
         nodes.setdefault(x["node"], []).append(r)
@@ -190,22 +201,25 @@ class PassingProcessGroup(dist.ProcessGroup):
         if opts is None:
             opts = dist.AllreduceOptions()
         op = opts.reduceOp
+        avg = op == dist.ReduceOp.AVG
         if self._through_switch(tensors, op):
             for t in tensors:
-                self.passing.allreduce(t)
-        elif op == dist.ReduceOp.AVG:
-            # gloo has no AVG; this backend offers it for every dtype, so sum and divide.
-            summed = dist.AllreduceOptions()
-            summed.reduceOp = dist.ReduceOp.SUM
-            self._delegate(tensors).allreduce(tensors, summed).wait()
-        else:
+                self.passing.allreduce(t, divide_by=self.size() if avg else 1)
+            return _done(tensors)
+        if not avg:
             return self._delegate(tensors).allreduce(tensors, opts)
-        if op == dist.ReduceOp.AVG:
+        # gloo has no AVG; this backend offers it for every dtype: sum, then divide (outside
+        # autograd, as the collective itself is).
+        summed = dist.AllreduceOptions()
+        summed.reduceOp = dist.ReduceOp.SUM
+        self._delegate(tensors).allreduce(tensors, summed).wait()
+        with torch.no_grad():
             for t in tensors:
-                if t.is_floating_point():
+                t = t.detach()
+                if t.is_floating_point() or t.is_complex():
                     t.div_(self.size())
                 else:
-                    t.floor_divide_(self.size())
+                    t.copy_(torch.div(t, self.size(), rounding_mode="trunc"))
         return _done(tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -226,26 +240,28 @@ class PassingProcessGroup(dist.ProcessGroup):
         return self._delegates[kind]
 
 
-def stream_options(env: Mapping[str, str] = os.environ) -> dict[str, float]:
-    """PASSING_TIMEOUT: seconds the switch may give no answer before an all-reduce fails
-    (default host_agent.stream.StreamConfig.deadline)."""
+def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ) -> dict[str, float]:
+    """How long an all-reduce waits for the switch's results before it fails: the process
+    group's timeout, as gloo and NCCL wait for a slow rank (a host busy evaluating or saving a
+    checkpoint is late, not gone); PASSING_TIMEOUT (seconds) overrides it."""
     text = env.get("PASSING_TIMEOUT")
     if text is None:
-        return {}
+        return {"deadline": timeout.total_seconds()}
     try:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
-    if not seconds > 0:
-        raise PassingInitError(f"PASSING_TIMEOUT={text!r}: not a positive number of seconds")
+    if not 0 < seconds < float("inf"):
+        raise PassingInitError(f"PASSING_TIMEOUT={text!r}: not a positive, finite number of "
+                               "seconds")
     return {"deadline": seconds}
 
 
-def _report(env: Mapping[str, str]) -> tuple[dict, tuple]:
-    """This rank's half of the start-up check: its node and host, or the error it met."""
+def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
+    """This rank's half of the start-up check: its node, host and job, or the error it met."""
     try:
         layout = torchrun_layout(env)
-        options = stream_options(env)
+        options = stream_options(timeout, env)
         params = params_from_env(env)
         host = this_host(params, env)
         if params.mode != "passing":
@@ -253,8 +269,13 @@ def _report(env: Mapping[str, str]) -> tuple[dict, tuple]:
                                    "backend needs a job created in mode passing")
     except (PassingInitError, RuntimeError, ValueError) as e:
         return {"error": str(e)}, ()
-    return ({"node": layout.node, "host": host, "local_size": layout.local_size},
-            (params, host, options))
+    return ({"node": layout.node, "host": host, "local_size": layout.local_size,
+             "job": params.job_id, "digest": params_digest(params)}, (params, host, options))
+
+
+def params_digest(params: JobParams) -> str:
+    """Equal on two ranks only if they hold the same job parameters."""
+    return hashlib.sha256(params.to_json(indent=None).encode()).hexdigest()
 
 
 def create_process_group(store: dist.Store, rank: int, size: int,
@@ -263,7 +284,7 @@ def create_process_group(store: dist.Store, rank: int, size: int,
     it (register_backend's non-extended signature)."""
     if dist.is_initialized():  # a group made after the world: delegates everything
         return PassingProcessGroup(store, rank, size, timeout)
-    report, found = _report(os.environ)
+    report, found = _report(os.environ, timeout)
     reports = _agree(store, "passing/config", rank, size, report, timeout)
     params, host, options = found
     nodes = _check_layout(params, reports)
@@ -278,7 +299,7 @@ def create_process_group(store: dist.Store, rank: int, size: int,
     error = ""
     try:
         pg.passing = PassingAllreduce(params, host, local, session=int(session.item()) & (
-            (1 << 64) - 1), **options)
+            (1 << 64) - 1), nonfinite="propagate", **options)
     except (OSError, RuntimeError, ValueError) as e:  # e.g. the leader cannot bind its port
         error = f"{type(e).__name__}: {e}"
     _agree(store, "passing/ready", rank, size, {"error": error, "host": host}, timeout)

@@ -4,6 +4,9 @@ Writes what it saw to $OUT_DIR/rank<R>.json: the results of every collective nex
 the same inputs, or the error it met. SCENARIO picks what to run:
   collectives  every all-reduce PASSING carries and every delegated collective, checked
   ddp          the same DDP training on the passing group and on a gloo group
+  semantics    what gloo does that a user relies on: autograd untouched, views, fp16 AVG of
+               large values, NaN propagated (GradScaler), a parameter summed
+  slow         rank 0 arrives 8 s late: the others wait, as with gloo
   die          training until the test kills a node; the survivors must raise, not hang
 """
 
@@ -21,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-# No import of ours: torch registers the backend at start-up (host_agent.autoload), as it does
+# No import of ours: torch registers the backend at start-up (passing._torch_autoload), as it does
 # for a user's script.
 
 OUT = Path(os.environ["OUT_DIR"])
@@ -42,21 +45,28 @@ def both(gloo: dist.ProcessGroup, fn) -> tuple[list, list]:
     return fn(None), fn(gloo)
 
 
+def sent() -> int | None:
+    """Packets this host's leader has sent to the switch so far (None on other ranks)."""
+    streamer = dist.group.WORLD.passing.streamer
+    return streamer.stats.packets if streamer is not None else None
+
+
 def collectives(gloo: dist.ProcessGroup) -> dict:
     world = dist.get_world_size()
     out: dict[str, object] = {"backend": dist.get_backend()}
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for op in ("SUM", "AVG"):
             t = values(RANK, 1000, dtype)
+            before = sent()
             dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+            out[f"packets_{op}_{dtype}"] = None if before is None else sent() - before
             expected = sum(values(r, 1000, torch.float64) for r in range(world))
             if op == "AVG":
                 expected = expected / world
             out[f"allreduce_{op}_{dtype}"] = {
                 "dtype_kept": t.dtype == dtype,
                 "max_error": float((t.double() - expected).abs().max())}
-    leader = dist.group.WORLD.passing.streamer
-    out["leader_packets"] = leader.stats.packets if leader is not None else None
+    before = sent()
 
     def pair(name: str, fn) -> None:
         mine, ref = both(gloo, fn)
@@ -145,11 +155,50 @@ def collectives(gloo: dist.ProcessGroup) -> dict:
         return "passed"
     pair("barrier", barrier)
 
+    out["delegated_packets"] = None if before is None else sent() - before
     sub = dist.new_group([0, 1])  # under the default backend: delegates
     if RANK < 2:
         t = torch.full((3,), RANK + 1.0)
         dist.all_reduce(t, group=sub)
         out["subgroup_sum"] = t.tolist()
+    return out
+
+
+def semantics(gloo: dist.ProcessGroup) -> dict:
+    world = dist.get_world_size()
+    out: dict[str, object] = {}
+
+    def loss_grad(g) -> float:
+        # A loss summed across ranks keeps its graph: the collective is not recorded.
+        w = torch.full((3,), float(RANK + 1), requires_grad=True)
+        loss = (w * w).sum()
+        dist.all_reduce(loss, group=g)
+        loss.backward()
+        return float(w.grad.norm())
+    out["loss_grad"] = {"passing": loss_grad(None), "gloo": loss_grad(gloo)}
+
+    p = nn.Parameter(torch.full((4,), float(RANK)))
+    dist.all_reduce(p)
+    out["parameter"] = p.detach().tolist()
+
+    big = torch.full((8,), 30000.0, dtype=torch.float16)
+    dist.all_reduce(big, op=dist.ReduceOp.AVG)
+    out["fp16_avg"] = big.float().tolist()
+
+    base = torch.arange(20, dtype=torch.float32) * (RANK + 1)
+    view = base[::2]
+    dist.all_reduce(view)
+    out["view"] = base.tolist()
+
+    t = torch.ones(100)
+    if RANK == 3:
+        t[17] = float("inf")
+    dist.all_reduce(t)
+    out["nonfinite"] = [x != x for x in t.tolist()]  # NaN everywhere
+    t = torch.full((100,), float(RANK))
+    dist.all_reduce(t)
+    out["after_nonfinite"] = t.tolist()
+    out["world"] = world
     return out
 
 
@@ -177,8 +226,21 @@ def main() -> int:
         gloo = dist.new_group(backend="gloo")
         if scenario == "collectives":
             put("result", collectives(gloo))
+        elif scenario == "semantics":
+            put("result", semantics(gloo))
         elif scenario == "ddp":
-            put("result", {"passing": train(None, 6), "gloo": train(gloo, 6)})
+            before = sent()
+            passing = train(None, 6)
+            middle = sent()
+            ref = train(gloo, 6)
+            put("result", {"passing": passing, "gloo": ref, "packets": None if before is None
+                           else [middle - before, sent() - middle]})
+        elif scenario == "slow":
+            if RANK == 0:
+                time.sleep(8)
+            t = torch.full((10,), float(RANK))
+            dist.all_reduce(t)
+            put("result", t.tolist())
         elif scenario == "die":
             start = time.monotonic()
             try:

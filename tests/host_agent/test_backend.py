@@ -59,17 +59,17 @@ class Run:
     """Both torchrun nodes of one run, each in its own process group (so that the test can
     kill one node whole), killed whatever happens."""
 
-    def __init__(self, tmp: Path, scenario: str, params_file: Path, hosts: list[str],
-                 extra_env: dict[str, str] | None = None):
+    def __init__(self, tmp: Path, scenario: str, params_files: list[Path], hosts: list[str],
+                 extra_env: dict[str, str]):
         self.out = tmp / "out"
         self.out.mkdir()
         port = free_port()
         self.procs: list[subprocess.Popen] = []
         for node, host in enumerate(hosts):
-            env = {**os.environ, "PYTHONPATH": str(REPO), "OUT_DIR": str(self.out),
-                   "SCENARIO": scenario, "PASSING_PARAMS": str(params_file),
-                   "PASSING_HOST": host, "PASSING_TIMEOUT": "5", "OMP_NUM_THREADS": "1",
-                   **(extra_env or {})}
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("PASSING_")},
+                   "PYTHONPATH": str(REPO), "OUT_DIR": str(self.out), "SCENARIO": scenario,
+                   "PASSING_PARAMS": str(params_files[node]), "PASSING_HOST": host,
+                   "OMP_NUM_THREADS": "1", **extra_env}
             log = open(tmp / f"node{node}.log", "w")
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
@@ -118,10 +118,13 @@ def launch(tmp_path, switch):
     runs: list[Run] = []
 
     def start(scenario: str, hosts: list[str] | None = None, params: dict | None = None,
-              **env: str) -> Run:
-        params_file = tmp_path / "job.json"
-        params_file.write_text(json.dumps(params or switch.agent_params(LOCAL).to_dict()))
-        run = Run(tmp_path, scenario, params_file, hosts or ["h1", "h2"], env)
+              node1_params: dict | None = None, timeout: str | None = "5") -> Run:
+        """timeout: PASSING_TIMEOUT (None: unset, the process group's timeout applies)."""
+        files = [tmp_path / "job.json", tmp_path / "job-node1.json"]
+        files[0].write_text(json.dumps(params or switch.agent_params(LOCAL).to_dict()))
+        files[1].write_text(node1_params and json.dumps(node1_params) or files[0].read_text())
+        env = {"PASSING_TIMEOUT": timeout} if timeout is not None else {}
+        run = Run(tmp_path, scenario, files, hosts or ["h1", "h2"], env)
         runs.append(run)
         return run
     yield start
@@ -152,12 +155,15 @@ def test_collectives_through_the_switch_and_delegated(launch, switch, tmp_path):
             assert res[name]["passing"] == res[name]["gloo"], (rank, name, res[name])
         if rank < 2:
             assert res["subgroup_sum"] == [3.0, 3.0, 3.0]
-    # The sums went through the switch: each host's leader streamed every all-reduce (6 of
-    # 1000 values), and the switch multicast results to both hosts.
-    leaders = [results[r]["leader_packets"] for r in (0, 2)]
-    assert all(p is not None and p >= 6 * 1000 // 64 for p in leaders), leaders
-    assert results[1]["leader_packets"] is None and results[3]["leader_packets"] is None
-    assert switch.delivered >= 2 * min(leaders)
+    # Each SUM/AVG call went through the switch: its host's leader sent at least one packet
+    # per 64 values for it; nothing delegated did; the other local ranks send nothing.
+    for rank in (0, 2):
+        for dtype in TOLERANCE:
+            for op in ("SUM", "AVG"):
+                assert results[rank][f"packets_{op}_{dtype}"] >= -(-1000 // 64), (rank, dtype)
+        assert results[rank]["delegated_packets"] == 0
+    assert all(v is None for k, v in results[1].items() if k.startswith("packets_"))
+    assert switch.delivered >= 2 * 6 * -(-1000 // 64)
 
 
 def test_ddp_on_passing_equals_ddp_on_gloo(launch, tmp_path):
@@ -165,12 +171,48 @@ def test_ddp_on_passing_equals_ddp_on_gloo(launch, tmp_path):
     assert run.wait(240) == [0, 0], logs(tmp_path)
     weights = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
     assert all(weights), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    # DDP's buckets went through the switch with backend passing, not with the gloo group.
+    for rank in (0, 2):
+        through_switch, with_gloo = weights[rank]["packets"]
+        assert through_switch >= 6 and with_gloo == 0, (rank, weights[rank]["packets"])
     for rank, w in enumerate(weights):
         ours, ref = w["passing"], w["gloo"]
         assert len(ours) == len(ref)
         assert max(abs(a - b) for a, b in zip(ours, ref, strict=True)) < 1e-3, rank
         # every rank holds the same model, bit for bit
         assert ours == weights[0]["passing"]
+
+
+def test_what_gloo_users_rely_on(launch, tmp_path):
+    run = launch("semantics")
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    world = HOSTS * LOCAL
+    for rank in range(world):
+        res = run.read(rank, "result")
+        assert res is not None, run.read(rank, "error")
+        # autograd: the summed loss's gradient is this rank's own, as with gloo
+        assert res["loss_grad"]["passing"] == pytest.approx(res["loss_grad"]["gloo"]), rank
+        assert res["parameter"] == [float(sum(range(world)))] * 4
+        # AVG divides before rounding to float16: 30000 stays 30000, no overflow to inf
+        assert res["fp16_avg"] == [30000.0] * 8
+        # a strided view: its elements summed, the elements between them untouched
+        base = [float(i * (rank + 1)) for i in range(20)]
+        total = sum(r + 1 for r in range(world))
+        assert res["view"][1::2] == base[1::2]
+        assert res["view"][::2] == [float(i * total) for i in range(0, 20, 2)]
+        # Inf on one rank: NaN everywhere on every rank (GradScaler skips the step), no error,
+        # and the next call is exact again
+        assert all(res["nonfinite"]), rank
+        assert res["after_nonfinite"] == [float(sum(range(world)))] * 100
+
+
+def test_a_late_rank_is_waited_for_as_gloo_waits(launch, tmp_path):
+    # No PASSING_TIMEOUT: the switch is given the process group's timeout, and rank 0 comes
+    # 8 s late (longer than the stream's own default of 10 s would allow after a few resends).
+    run = launch("slow", timeout=None)
+    assert run.wait(180) == [0, 0], logs(tmp_path)
+    for rank in range(HOSTS * LOCAL):
+        assert run.read(rank, "result") == [float(sum(range(HOSTS * LOCAL)))] * 10
 
 
 def test_a_killed_node_gives_the_others_an_error_not_a_hang(launch, tmp_path):
@@ -191,7 +233,8 @@ def test_a_killed_node_gives_the_others_an_error_not_a_hang(launch, tmp_path):
         assert err["type"] == "AllreduceError" or "AllreduceError" in err["traceback"], err
 
 
-@pytest.mark.parametrize("case", ["host not in job", "job of another mode", "too few nodes"])
+@pytest.mark.parametrize("case", ["host not in job", "job of another mode", "too few nodes",
+                                  "nodes holding different jobs"])
 def test_a_wrong_job_or_host_fails_at_init_on_every_rank(launch, switch, tmp_path, case):
     params = switch.agent_params(LOCAL).to_dict()
     hosts = ["h1", "h2"]
@@ -203,12 +246,16 @@ def test_a_wrong_job_or_host_fails_at_init_on_every_rank(launch, switch, tmp_pat
         params = ina.agent_params().to_dict()
         ina.close()
         expect = "mode passing"
-    else:
+    elif case == "too few nodes":
         params["hosts"]["h3"] = {**params["hosts"]["h2"], "host_ip": "127.0.0.13",
                                  "contributor_id": 2}
         expect = "no node for h3"
+    node1_params = None
+    if case == "nodes holding different jobs":
+        node1_params = {**params, "job_id": 2}
+        expect = "the ranks do not hold the same job parameters"
     start = time.monotonic()
-    run = launch("collectives", hosts=hosts, params=params)
+    run = launch("collectives", hosts=hosts, params=params, node1_params=node1_params)
     codes = run.wait(120)
     assert all(c not in (0, None) for c in codes), logs(tmp_path)
     assert time.monotonic() - start < 90

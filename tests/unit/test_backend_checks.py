@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 
-from host_agent.backend import PassingInitError, _check_layout, stream_options, torchrun_layout
+from host_agent.backend import (
+    PassingInitError,
+    _check_layout,
+    params_digest,
+    stream_options,
+    torchrun_layout,
+)
 from passing.contract import HostParams, JobParams
 
 
@@ -20,10 +27,12 @@ def job(hosts: list[str]) -> JobParams:
         for i, h in enumerate(hosts)))
 
 
-def reports(*nodes: tuple[int, str, int]) -> list[dict]:
-    """One report per rank: (node, host, local ranks) per node, ranks in order."""
-    return [{"node": n, "host": h, "local_size": size} for n, h, size in nodes
-            for _ in range(size)]
+def reports(*nodes: tuple[int, str, int], params: JobParams | None = None) -> list[dict]:
+    """One report per rank: (node, host, local ranks) per node, ranks in order, all holding
+    the parameters of job(["h1", "h2"]) unless told."""
+    digest = params_digest(params or job(["h1", "h2"]))
+    return [{"node": n, "host": h, "local_size": size, "job": 3, "digest": digest}
+            for n, h, size in nodes for _ in range(size)]
 
 
 def test_layout_from_torchrun_environment():
@@ -42,12 +51,15 @@ def test_layout_errors_name_the_variables(env, says):
         torchrun_layout(env)
 
 
-def test_timeout_knob():
-    assert stream_options({}) == {}
-    assert stream_options({"PASSING_TIMEOUT": "2.5"}) == {"deadline": 2.5}
-    for bad in ("0", "-1", "soon"):
+def test_a_late_host_is_waited_for_as_long_as_the_process_group_waits():
+    # A host busy evaluating is late, not gone: the switch is given the group's timeout,
+    # unless PASSING_TIMEOUT says otherwise.
+    assert stream_options(timedelta(minutes=30), {}) == {"deadline": 1800.0}
+    assert stream_options(timedelta(minutes=30), {"PASSING_TIMEOUT": "2.5"}) == \
+        {"deadline": 2.5}
+    for bad in ("0", "-1", "soon", "inf", "nan"):
         with pytest.raises(PassingInitError, match="PASSING_TIMEOUT"):
-            stream_options({"PASSING_TIMEOUT": bad})
+            stream_options(timedelta(minutes=30), {"PASSING_TIMEOUT": bad})
 
 
 def test_nodes_matching_the_hosts_give_each_node_its_ranks():
@@ -68,6 +80,17 @@ def test_nodes_that_are_not_the_jobs_hosts_are_refused(nodes, says):
         _check_layout(job(["h1", "h2"]), reports(*nodes))
 
 
+def test_ranks_holding_different_job_parameters_are_refused():
+    mixed = reports((0, "h1", 2), (1, "h2", 2))
+    other = JobParams.from_dict({**job(["h1", "h2"]).to_dict(), "window": 16})
+    mixed[2]["digest"] = params_digest(other)
+    with pytest.raises(PassingInitError, match="rank 2 .host h2. has job 3 with other param"):
+        _check_layout(job(["h1", "h2"]), mixed)
+    mixed[2]["job"] = 4
+    with pytest.raises(PassingInitError, match="has job 4, others job 3"):
+        _check_layout(job(["h1", "h2"]), mixed)
+
+
 def test_ranks_of_one_node_naming_different_hosts_are_refused():
     bad = reports((0, "h1", 2), (1, "h2", 2))
     bad[1]["host"] = "h2"
@@ -76,7 +99,7 @@ def test_ranks_of_one_node_naming_different_hosts_are_refused():
 
 
 def test_torch_knows_the_backend_after_import_torch_alone(tmp_path):
-    # Registered by the torch.backends entry point (host_agent.autoload), as a user's script
+    # Registered by the torch.backends entry point (passing/_torch_autoload.py), as a user's script
     # that imports nothing of ours gets it; the backend itself is imported only when used.
     probe = ("import sys, torch, torch.distributed as dist; "
              "print('PASSING' in dist.Backend._plugins, 'host_agent.backend' in sys.modules)")

@@ -1,11 +1,13 @@
 """Registers the `passing` torch.distributed backend when torch starts, so that an unchanged
 script's `dist.init_process_group("passing")` finds it without importing anything of ours.
 
-torch calls the functions named in the `torch.backends` entry-point group at the end of its own
-import (set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to turn that off; `import host_agent` then registers
-the backend). This module therefore stays cheap and can never break `import torch`: the backend
-itself (host_agent.backend: numpy, the agent, the job source) is imported only when a process
-group of it is created.
+torch imports the modules named in the `torch.backends` entry-point group at the end of its own
+import and calls them (TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns that off; `import host_agent` then
+registers the backend). An import error here would make `import torch` fail for every program
+in the environment, so this module imports nothing of ours at import time and lives in the
+`passing` package, not under a name as common as `host_agent` that a user's file could shadow;
+the backend itself (host_agent.backend: numpy, the agent, the job source) is imported only when
+a process group of it is created.
 """
 
 from __future__ import annotations
