@@ -4,6 +4,13 @@ plots and docs/benchmarks.md.
 
     sudo .venv/bin/python -m bench.sweep                # the full sweep (make bench)
     sudo .venv/bin/python -m bench.sweep --quick        # small sizes, every strategy checked
+    sudo .venv/bin/python -m bench.sweep --sizes 1M --strategies passing,ring   # a subset:
+        # one size (float32 values), two strategies, leafspine's links as shipped
+
+A subset (any of --topo, --bw, --gpus, --sizes, --strategies, --hosts) replaces the plan: every
+combination of the bandwidths and GPU counts given, each with the sizes and strategies given
+(default: the shipped topology's own link rates, its GPUs, 1M values, every strategy). Every run
+prints a progress line: run i of N, time so far, and an estimate of the time left.
 
 Per run it records the all-reduce time (the slowest host's mean over --iters timed calls), the
 bytes each host's link carried (its interface counters in the host's namespace), the packets the
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import platform
@@ -29,6 +37,7 @@ from pathlib import Path
 from bench import analytic, report, results
 from bench.agent import STRATEGIES
 from bench.analytic import FabricModel, Rates
+from bench.sizes import parse_size
 from controller.counters import StatsCounters
 from controller.topology import load
 from passing.pipeline_files import topology_file
@@ -48,7 +57,7 @@ class Scenario:
 
     topo: str
     target: str
-    bw_mbps: float
+    bw_mbps: float | None  # every link shaped to this; 0: unshaped; None: as the file ships them
     gpus: int
     sizes: list[int]  # bytes
     strategies: list[str]
@@ -85,6 +94,44 @@ def scenarios(quick: bool, target: str) -> list[Scenario]:
     return runs
 
 
+def subset(topo: str, target: str, bws: list[float], gpus: list[int], sizes: list[int],
+           strategies: list[str], host_counts: list[int], train_steps: int,
+           iters: int) -> list[Scenario]:
+    """The runs of a subset: one scenario per bandwidth and GPU count (bandwidth None: the
+    links as the topology file ships them, 0: unshaped; GPUs 0: as the file gives them).
+    Sizes are in bytes."""
+    target = "model" if target == "auto" else target
+    return [Scenario(topo, target, bw, g, sizes, strategies, host_counts,
+                     train_steps=train_steps, iters=iters) for bw in bws for g in gpus]
+
+
+def runs_in(plan: list[Scenario]) -> int:
+    """How many measurements `plan` makes (each all-reduce size x strategy x job, and each
+    training run): the N of the progress line."""
+    return sum(max(1, len(sc.host_counts)) * (len(sc.sizes) + (1 if sc.train_steps else 0))
+               * len(sc.strategies) for sc in plan)
+
+
+class Progress:
+    """`[run i/N, 3m05s, ~12m left]` before each result line: the estimate is the mean time
+    of the runs so far times the runs left (runs differ in length: it is a guide)."""
+
+    def __init__(self, total: int, clock=time.monotonic):
+        self.total, self.done, self.clock = total, 0, clock
+        self.start = clock()
+
+    def step(self) -> str:
+        self.done += 1
+        elapsed = self.clock() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        return f"[run {self.done}/{self.total}, {_mmss(elapsed)}, ~{_mmss(left)} left]"
+
+
+def _mmss(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}m{s:02d}s"
+
+
 def _have_bmv2() -> bool:
     from topologies.mininet_nodes import pick_target
     return pick_target("auto")[0] == "bmv2"
@@ -103,16 +150,20 @@ def calibrate(target: str, seconds: float) -> dict:
 
 
 # -- one fabric ---------------------------------------------------------------------------------
-def _variant(topo: str, bw_mbps: float, gpus: int, work: Path) -> Path:
-    """The shipped topology with every link shaped to bw_mbps and `gpus` GPUs per host."""
+def _variant(topo: str, bw_mbps: float | None, gpus: int, work: Path) -> Path:
+    """The shipped topology with every link shaped to bw_mbps (0: unshaped, None: as shipped)
+    and `gpus` GPUs per host (0: as shipped)."""
     doc = json.loads(topology_file(topo).read_text())
     for h in doc["hosts"].values():
-        h["gpus"] = gpus
+        if gpus:
+            h["gpus"] = gpus
     for link in doc["links"]:
-        link.pop("bw", None)
-        if bw_mbps:
-            link["bw"] = bw_mbps
-    path = work / f"{topo}-{bw_mbps:g}mbit-{gpus}gpu.json"
+        if bw_mbps is not None:
+            link.pop("bw", None)
+            if bw_mbps:
+                link["bw"] = bw_mbps
+    rate = "shipped" if bw_mbps is None else f"{bw_mbps:g}mbit"
+    path = work / f"{topo}-{rate}-{gpus or 'shipped'}gpu.json"
     path.write_text(json.dumps(doc, indent=2))
     return path
 
@@ -152,9 +203,15 @@ def _agg_packets(pnet: PassingNetwork, job_id: int) -> int:
 
 
 def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, writer_t,
-                 log) -> None:
+                 log, progress: Progress) -> None:
     topo_path = _variant(sc.topo, sc.bw_mbps, sc.gpus, work)
     topo = load(topo_path)
+    # What the runs record is the fabric they ran on, as shipped or as shaped.
+    host_mbps = _link_mbps(topo, [h.link for h in topo.hosts.values()])
+    uplink_mbps = _link_mbps(topo, [u.link for u in topo.uplinks]) if topo.uplinks \
+        else host_mbps
+    sc = dataclasses.replace(sc, bw_mbps=host_mbps,
+                             gpus=next(iter(topo.hosts.values())).gpus)
     pnet = PassingNetwork(topo, topo_path, sc.target, work / f"run-{topo_path.stem}-{sc.target}")
     pnet.start()
     try:
@@ -165,12 +222,13 @@ def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, wr
             pnet.create_job(job_id, hosts, window=sc.window)
             racks = tuple(sum(1 for h in hosts if topo.hosts[h].rack == r)
                           for r in sorted({topo.hosts[h].rack for h in hosts}))
-            fabric = FabricModel(racks, sc.gpus, sc.bw_mbps * 1e6, sc.bw_mbps * 1e6)
+            fabric = FabricModel(racks, sc.gpus, host_mbps * 1e6, uplink_mbps * 1e6)
             for size in sc.sizes:
                 for strategy in sc.strategies:
                     row = measure(pnet, job_id, hosts, fabric, size, strategy, sc, rates)
                     writer_a(row)
-                    log(f"{sc.topo}/{sc.target} {sc.bw_mbps:g} Mbit/s {n_hosts}x{sc.gpus} "
+                    log(f"{progress.step()} {sc.topo}/{sc.target} {sc.bw_mbps:g} Mbit/s "
+                        f"{n_hosts}x{sc.gpus} "
                         f"{size // KIB} KiB {strategy:9s}: {row['mean_s'] * 1e3:9.1f} ms "
                         f"(model {row['predicted_s'] * 1e3:9.1f} ms, {row['bound']}) "
                         f"{'correct' if row['correct'] else 'WRONG'}")
@@ -178,10 +236,19 @@ def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, wr
                 for strategy in sc.strategies:
                     row = train(pnet, job_id, hosts, strategy, sc)
                     writer_t(row)
-                    log(f"train {strategy:9s}: {row['iters_per_s']:.1f} it/s, accuracy "
-                        f"{row['accuracy']:.4f}")
+                    log(f"{progress.step()} train {strategy:9s}: {row['iters_per_s']:.1f} "
+                        f"it/s, accuracy {row['accuracy']:.4f}")
     finally:
         pnet.stop()
+
+
+def _link_mbps(topo, links) -> float:
+    """The one rate of `links` in Mbit/s (0: unshaped): links of different rates are outside
+    what the analytical model describes."""
+    rates = {link.bw or 0 for link in links}
+    if len(rates) > 1:
+        raise ValueError(f"{topo.name}: links of different rates {sorted(rates)} Mbit/s")
+    return float(rates.pop()) if rates else 0.0
 
 
 def _spread(topo, n: int) -> list[str]:
@@ -250,6 +317,40 @@ def train(pnet: PassingNetwork, job_id: int, hosts: list[str], strategy: str,
             "final_loss": slowest["final_loss"]}
 
 
+def _list(parse):
+    """An argparse type: comma-separated values, each parsed by `parse`."""
+    def parse_all(text: str) -> list:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected one value or more, comma-separated")
+        return [parse(t) for t in items]
+    return parse_all
+
+
+def _bandwidth(text: str) -> float | None:
+    if text == "shipped":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r}: Mbit/s (0: unshaped) or 'shipped'")
+    return value
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number, at least 1")
+    return int(text)
+
+
+def _strategy(text: str) -> str:
+    if text not in STRATEGIES:
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(STRATEGIES)}")
+    return text
+
+
 class CsvOut:
     def __init__(self, path: Path, columns: list[str]):
         self.fh = path.open("w", newline="")
@@ -281,13 +382,49 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the results into this Markdown file (make bench: "
                          "docs/benchmarks.md, plots next to it)")
     ap.add_argument("--calibrate-seconds", type=float, default=3.0)
+    sub = ap.add_argument_group("a subset instead of the whole plan")
+    sub.add_argument("--topo", default=None, help="shipped topology (default leafspine)")
+    sub.add_argument("--bw", type=_list(_bandwidth), default=None, metavar="MBITS[,...]",
+                     help="link rates in Mbit/s, 0 unshaped, 'shipped' as the topology file "
+                          "has them (default shipped)")
+    sub.add_argument("--gpus", type=_list(_positive), default=None, metavar="G[,...]",
+                     help="GPUs per host (default: as the topology file has them)")
+    sub.add_argument("--sizes", type=_list(parse_size), default=None, metavar="SIZE[,...]",
+                     help="float32 values per tensor, K/M suffixes, as the allreduce command "
+                          "takes them (default 1M)")
+    sub.add_argument("--strategies", type=_list(_strategy), default=None, metavar="S[,...]",
+                     help=f"of {', '.join(STRATEGIES)} (default all)")
+    sub.add_argument("--hosts", type=_list(_positive), default=None, metavar="N[,...]",
+                     help="job sizes in hosts (default every host)")
+    sub.add_argument("--train-steps", type=int, default=0,
+                     help="also train the digits MLP this many steps per strategy (default 0)")
+    sub.add_argument("--iters", type=_positive, default=2, help="timed calls per run (default 2)")
     args = ap.parse_args(argv)
+    picked = [a for a in ("topo", "bw", "gpus", "sizes", "strategies", "hosts")
+              if getattr(args, a) is not None]
+    if picked and args.quick:
+        ap.error(f"--quick is a plan of its own; drop it or --{picked[0]}")
+    if picked:
+        try:
+            shipped = load(topology_file(args.topo or "leafspine"))
+        except FileNotFoundError as e:
+            ap.error(f"--topo: {e}")
+        too_many = [n for n in args.hosts or [] if n > len(shipped.hosts)]
+        if too_many:
+            ap.error(f"--hosts: {shipped.name} has {len(shipped.hosts)} hosts, not "
+                     f"{too_many[0]}")
     if os.geteuid() != 0:
         print("bench.sweep: Mininet needs root (sudo make bench)", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = scenarios(args.quick, args.target)
+    if picked:
+        todo = subset(args.topo or "leafspine", args.target, args.bw or [None], args.gpus or [0],
+                      [4 * n for n in args.sizes or [parse_size("1M")]],
+                      args.strategies or list(STRATEGIES), args.hosts or [],
+                      args.train_steps, args.iters)
+    else:
+        todo = scenarios(args.quick, args.target)
     log_file = (out / "sweep.log").open("w")
 
     def log(msg: str) -> None:
@@ -307,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     writer_a, writer_t = CsvOut(a_csv, ALLREDUCE_COLUMNS), CsvOut(t_csv, TRAINING_COLUMNS)
     try:
         with tempfile.TemporaryDirectory(prefix="passing-bench-") as tmp:
+            progress = Progress(runs_in(todo))
             for sc in todo:
-                run_scenario(sc, rates, Path(tmp), writer_a, writer_t, log)
+                run_scenario(sc, rates, Path(tmp), writer_a, writer_t, log, progress)
     finally:
         writer_a.close()
         writer_t.close()

@@ -1,0 +1,68 @@
+"""`bench.sweep` subsets: the plan a subset makes, the progress line, the command line's
+refusals (no root needed), and one real subset run in Mininet (root): the rows it writes are
+the runs asked for, on the links as shipped, with a progress line per run."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.sweep import Progress, runs_in, scenarios, subset
+
+
+def test_a_subset_is_every_bandwidth_and_gpu_count_with_the_sizes_and_strategies_given():
+    plan = subset("leafspine", "auto", [None, 50.0], [0, 4], [4 << 20], ["passing", "ring"],
+                  [], 0, 2)
+    assert [(sc.bw_mbps, sc.gpus) for sc in plan] == [(None, 0), (None, 4), (50.0, 0),
+                                                        (50.0, 4)]
+    assert all(sc.target == "model" and sc.sizes == [4 << 20] for sc in plan)
+    assert runs_in(plan) == 4 * 2
+
+
+def test_runs_in_counts_job_sizes_and_training():
+    plan = subset("leafspine", "model", [None], [0], [1, 2, 3], ["passing"], [2, 3], 50, 1)
+    assert runs_in(plan) == 2 * (3 + 1)
+    assert runs_in(scenarios(True, "model")) == 2 * 5 + 5  # quick: 2 sizes + training, 5 each
+
+
+def test_progress_line_estimates_the_time_left():
+    now = iter([0.0, 30.0, 90.0])
+    p = Progress(4, clock=lambda: next(now))
+    assert p.step() == "[run 1/4, 0m30s, ~1m30s left]"
+    assert p.step() == "[run 2/4, 1m30s, ~1m30s left]"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--quick", "--sizes", "1M"], "--quick is a plan of its own"),
+    (["--strategies", "passing,nccl"], "'nccl': one of passing"),
+    (["--bw", "fast"], "Mbit/s (0: unshaped) or 'shipped'"),
+    (["--topo", "torus"], "no shipped topology 'torus'"),
+    (["--hosts", "5"], "leafspine has 4 hosts, not 5"),
+    (["--sizes", "4X"], "size must be a number of float32 values"),
+])
+def test_bad_subsets_are_refused_before_anything_starts(args, says):
+    res = subprocess.run([sys.executable, "-m", "bench.sweep", *args], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
+def test_a_subset_runs_only_what_was_asked_on_the_shipped_links(tmp_path):
+    out = tmp_path / "bench"
+    res = subprocess.run([sys.executable, "-m", "bench.sweep", "--topo", "star", "--sizes",
+                          "4K", "--strategies", "passing,ring", "--iters", "1", "--target",
+                          "model", "--calibrate-seconds", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    with (out / "allreduce.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["strategy"], r["size_bytes"]) for r in rows] == [("passing", "16384"),
+                                                                 ("ring", "16384")]
+    # star ships 100 Mbit/s links and 2 GPUs per host: the rows say so.
+    assert all(r["bw_mbps"] == "100.0" and r["gpus_per_host"] == "2" and r["correct"] == "True"
+               for r in rows), rows
+    assert "[run 1/2," in res.stdout and "[run 2/2," in res.stdout, res.stdout
