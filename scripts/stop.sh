@@ -12,6 +12,10 @@ for pidfile in runs/*/*.pid; do
     fi
     rm -f "$pidfile"
 done
+# The management network's bridge (topologies/management.py), left by a crash.
+if ip link show passing-mgmt >/dev/null 2>&1; then
+    ip link del passing-mgmt 2>/dev/null && echo "removed the management bridge passing-mgmt"
+fi
 if command -v mn >/dev/null 2>&1; then
     mn -c >/dev/null 2>&1 && echo "mininet cleaned up (mn -c)"
 fi

@@ -1,11 +1,18 @@
 """A topology file brought to life: Mininet hosts and links, PASSING switches (BMv2 or the
-model), the controller programming them, jobs, and all-reduces run by agents on the hosts."""
+model), the controller programming them, a management network with the controller's parameter
+service on it, jobs, all-reduces run by agents on the hosts, and PyTorch training run by torchrun
+on the hosts."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from mininet.link import TCLink
@@ -17,7 +24,9 @@ from controller.topology import Topology
 from passing import p4build
 from passing import protocol as P
 from passing.contract import JobParams
-from passing.pipeline_files import BUILD_DIR
+from passing.pipeline_files import BUILD_DIR, CHECKOUT
+from topologies import training
+from topologies.management import MGMT_SUBNET, ManagementNetwork, ParamsService
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
 INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
@@ -25,7 +34,7 @@ INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
 
 class PassingNetwork:
     def __init__(self, topo: Topology, topo_file: Path, target: str, run_dir: Path,
-                 pcap: bool = False, log: bool = False):
+                 pcap: bool = False, log: bool = False, mgmt_subnet: str = MGMT_SUBNET):
         self.topo = topo
         self.topo_file = Path(topo_file).resolve()
         self.target, self.target_reason = pick_target(target)
@@ -35,9 +44,32 @@ class PassingNetwork:
         self.net: Mininet | None = None
         self.ctl: Controller | None = None
         self.jobs: dict[int, Path] = {}
+        self.mgmt = ManagementNetwork(mgmt_subnet)
+        self.params_service: ParamsService | None = None
+        self._training: dict[str, training.HostRun] = {}  # host -> its run, while one runs
+        self._training_lock = threading.Lock()
+        self._runs = itertools.count(1)
+
+    @property
+    def controller_url(self) -> str | None:
+        """The controller's parameter service on the management network (http://IP:PORT;
+        GET /v1/jobs/<id>), reachable from every host; None before start()."""
+        return self.params_service.url if self.params_service else None
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
+        """Mininet, switches, management network, controller and its parameter service. On a
+        failure, whatever was started is stopped again before the error is raised."""
+        try:
+            self._start()
+        except BaseException:
+            try:
+                self.stop()
+            except Exception as e:  # noqa: BLE001 - the start's error is the one to see
+                print(f"*** while stopping after a failed start: {e}", file=sys.stderr)
+            raise
+
+    def _start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.target == "bmv2":
             # BMv2 starts without a program; the controller pushes this build to it.
@@ -71,10 +103,15 @@ class PassingNetwork:
             node.setARP(tor.ip, tor.mac)  # switches do not answer ARP
         net.staticArp()
         self._apply_link_params()
+        self.mgmt.start([net.get(h) for h in self.topo.hosts])
         self.ctl = self._controller()
         # The run directory's job table may hold jobs of an earlier run: the fresh switches
         # get them back (prepare, then re-install what is missing).
         self.ctl.reconcile()
+        # Its own Controller of the same state file: it outlives restart_controller().
+        self.params_service = ParamsService(self._controller(), self.mgmt.address,
+                                            self.run_dir / "params-service.log")
+        self.params_service.start()
 
     def _apply_link_params(self) -> None:
         """Loss from the topology file (bandwidth is Mininet's TCLink). Delay needs netem,
@@ -106,9 +143,36 @@ class PassingNetwork:
         self.ctl = self._controller()
 
     def stop(self) -> None:
+        """Stop everything start() started (also after a failed start; idempotent)."""
+        steps = [self._stop_training, self._stop_params_service, self._stop_controller,
+                 self.mgmt.stop, self._stop_mininet]
+        error = None
+        for step in steps:
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - the rest must still be stopped
+                error = error or e
+        if error is not None:
+            raise error
+
+    def _stop_training(self) -> None:
+        with self._training_lock:
+            runs = list(self._training.values())
+        for run in runs:
+            run.killed = run.killed or "killed: the network was stopped"
+            training.kill_tagged(run.tag)
+
+    def _stop_params_service(self) -> None:
+        if self.params_service is not None:
+            self.params_service.stop()
+            self.params_service = None
+
+    def _stop_controller(self) -> None:
         if self.ctl is not None:
             self.ctl.close()
             self.ctl = None
+
+    def _stop_mininet(self) -> None:
         if self.net is not None:
             self.net.stop()
             self.net = None
@@ -174,6 +238,145 @@ class PassingNetwork:
             except (IndexError, json.JSONDecodeError):
                 out[h] = {"ok": False, "error": (stderr or stdout).strip()[-300:]}
         return out
+
+    def train(self, job_id: int | None = None, backend: str = "passing",
+              nproc_per_node: int | None = None, script: str | Path | None = None,
+              args: tuple[str, ...] | list[str] = (), timeout: float = 300.0,
+              hosts: list[str] | None = None, env: dict[str, str] | None = None,
+              after_failure: float = 60.0) -> dict[str, dict]:
+        """Data-parallel PyTorch training on every host of the job: torchrun on each (node rank
+        = the host's position in the job, local ranks = its GPUs in the topology, or
+        nproc_per_node), rendezvous on the first host's data address, gloo over the data
+        interfaces; the ranks get PASSING_JOB, PASSING_CONTROLLER (the parameter service on
+        the management network) and PASSING_HOST. Runs `script --backend BACKEND --json
+        *args` (default: the checkout's examples/train_ddp.py).
+
+        Returns {host: {"ok", "error", "exit_code", "killed", "ranks": [each rank's JSON
+        report, or {"ok": False, "rank", "local_rank", "error"}], "log_dir", ...}}. Never
+        hangs: after `timeout` seconds every process still running is killed and its ranks
+        reported as failed, and so is every host still running `after_failure` seconds after
+        another host's torchrun failed (its ranks should have failed too: a host that never
+        started leaves the others waiting in the rendezvous). `hosts` runs on those hosts
+        instead of the job's (the job need not exist: its ranks then fail as the backend
+        says); `env` adds environment variables (e.g. PASSING_TIMEOUT)."""
+        if self.net is None:
+            raise RuntimeError("the network is not started")
+        job_id = job_id if job_id is not None else self._first_job()
+        hosts = list(hosts) if hosts else self._job_hosts(job_id)
+        unknown = [h for h in hosts if h not in self.topo.hosts]
+        if unknown:
+            raise ValueError(f"hosts not in the topology: {', '.join(unknown)}")
+        if nproc_per_node is not None and nproc_per_node < 1:
+            raise ValueError(f"nproc_per_node {nproc_per_node}: at least 1")
+        script = Path(script) if script else self._default_script()
+        if not script.is_file():
+            raise FileNotFoundError(f"training script {script} not found")
+        nprocs = [nproc_per_node or self.topo.hosts[h].gpus for h in hosts]
+        base = self.run_dir / "train" / f"job{job_id}"
+        n = next(self._runs)
+        runs = {h: training.HostRun(h, i, nprocs[i], sum(nprocs[:i]), base / h,
+                                    tag=f"{os.getpid()}-{n}-{job_id}-{h}")
+                for i, h in enumerate(hosts)}
+        with self._training_lock:
+            busy = set(runs) & set(self._training)
+            if busy:
+                raise RuntimeError(f"hosts {', '.join(sorted(busy))} are already training")
+            self._training.update(runs)
+        try:
+            shutil.rmtree(base, ignore_errors=True)  # the previous run's logs of this job
+            script_args = ["--backend", backend, "--json", *map(str, args)]
+            for run in runs.values():
+                run.log_dir.mkdir(parents=True)
+                self._start_torchrun(run, job_id, hosts, script, script_args, env or {})
+            self._wait_training(runs, timeout, after_failure)
+        finally:
+            for r in runs.values():
+                training.kill_tagged(r.tag)  # workers a dead torchrun left behind
+                if r.proc is not None:
+                    r.proc.wait()
+            with self._training_lock:
+                for h in runs:
+                    self._training.pop(h, None)
+        return {h: training.collect(r) for h, r in runs.items()}
+
+    def _start_torchrun(self, run: training.HostRun, job_id: int, hosts: list[str],
+                        script: Path, script_args: list[str], extra_env: dict) -> None:
+        node = self.net.get(run.host)
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+               **extra_env,
+               training.TAG_VAR: run.tag, "PASSING_JOB": str(job_id),
+               "PASSING_CONTROLLER": self.controller_url, "PASSING_HOST": run.host,
+               # gloo (the baseline, and the passing backend's in-host stage and delegated
+               # collectives) between the hosts over the data plane
+               "GLOO_SOCKET_IFNAME": node.defaultIntf().name}
+        argv = training.torchrun_argv(sys.executable, run, len(hosts),
+                                      self.topo.hosts[hosts[0]].ip,
+                                      training.master_port(job_id), script, script_args)
+        # mnexec -d makes torchrun a session leader (start_new_session here would make
+        # mnexec fork and return at once).
+        with open(run.log_dir / "torchrun.log", "wb") as log:
+            run.proc = node.popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                  stderr=subprocess.STDOUT, env=env)
+
+    @staticmethod
+    def _wait_training(runs: dict[str, training.HostRun], timeout: float,
+                       after_failure: float) -> None:
+        deadline = time.monotonic() + timeout
+        failed_at, failed = None, None
+        while any(r.proc.poll() is None for r in runs.values()):
+            now = time.monotonic()
+            if failed_at is None:
+                failed = next((h for h, r in runs.items() if r.proc.poll() not in (None, 0)),
+                              None)
+                failed_at = now if failed else None
+            why = None
+            if now > deadline:
+                why = f"killed: no result within {timeout:g}s"
+            elif failed_at is not None and now - failed_at > after_failure:
+                why = (f"killed: still running {after_failure:g}s after {failed}'s torchrun "
+                       "failed")
+            if why:
+                for r in runs.values():
+                    if r.proc.poll() is None:
+                        r.killed = r.killed or why
+                        training.kill_tagged(r.tag)
+                return
+            time.sleep(0.2)
+
+    def kill_training(self, host: str) -> bool:
+        """Kill every process of `host`'s running training (torchrun and its ranks), as a host
+        failing mid-training would; False when it has none."""
+        with self._training_lock:
+            run = self._training.get(host)
+        if run is None:
+            return False
+        run.killed = "killed: host failure (kill_training)"
+        training.kill_tagged(run.tag)
+        return True
+
+    def _first_job(self) -> int:
+        ids = list(self.jobs) or [j.job_id for j in self.ctl.store.jobs()]
+        if not ids:
+            raise ValueError("no job yet: create one (create_job, or passing-ctl job create)")
+        return min(ids)
+
+    def _job_hosts(self, job_id: int) -> list[str]:
+        rec = self.ctl.store.get_job(job_id)
+        if rec is None:
+            known = ", ".join(str(j.job_id) for j in self.ctl.store.jobs()) or "none"
+            raise ValueError(f"no job {job_id} (jobs: {known}); create it first, or name the "
+                             "hosts to run on")
+        return list(rec.spec["hosts"])
+
+    @staticmethod
+    def _default_script() -> Path:
+        script = CHECKOUT / "examples" / "train_ddp.py" if CHECKOUT else None
+        if script is None or not script.is_file():
+            raise FileNotFoundError(
+                "no training script: the default is examples/train_ddp.py of a source checkout"
+                f"{f' ({script} is missing)' if script else ' (this is an installed wheel)'}; "
+                "pass one (train(script=PATH), or train --script PATH in the CLI)")
+        return script
 
     def set_loss(self, a: str, b: str, percent: float) -> None:
         """Random loss on the link between nodes a and b, both directions (nftables; this

@@ -4,8 +4,17 @@ host, and the Mininet CLI with PASSING commands:
     allreduce [SIZE] [--job ID] [--iters N] [--strategy passing|ina|ring|hier-ring|ps]
                                      agents on every host of the job; time, goodput, correct?
                                      (ina runs on job 1000+ID, made on first use)
+    train [--job ID] [--backend passing|gloo] [--epochs N] [--nproc-per-node G]
+          [--hosts H1,H2] [--timeout S] [--script PATH] [-- SCRIPT ARGS...]
+                                     PyTorch DDP training (examples/train_ddp.py) with torchrun
+                                     on every host of the job; loss, accuracy, it/s per rank
     jobs | slots | stats [ID]        the controller's view (as passing-ctl prints it)
     loss NODE1 NODE2 PERCENT         random loss on that link, both directions (0 removes it)
+
+The hosts also sit on a management network (a bridge in the root namespace, 172.31.0.0/16,
+beside the aggregation fabric) where the controller serves the agents' job parameters
+(`passing-ctl serve`; its URL is printed at start): torchrun ranks get PASSING_JOB,
+PASSING_CONTROLLER and PASSING_HOST from `train`.
 
     sudo .venv/bin/python -m topologies.run --topo topologies/star.json --target auto
     sudo python -m topologies.run --topo leafspine     # a shipped topology, by name
@@ -44,6 +53,38 @@ def report_allreduce(res: dict[str, dict]) -> bool:
     return ok
 
 
+def report_train(res: dict[str, dict]) -> bool:
+    """Print one line per rank (a host whose ranks never reported: one line) and a verdict;
+    True when every rank finished."""
+    ranks = []
+    for host, r in res.items():
+        for rank in r["ranks"]:
+            ranks.append((rank.get("rank", -1), host, rank))
+        if not r["ok"] and all(rank.get("ok") for rank in r["ranks"]):
+            print(f"{host}: FAILED: {r['error']}")
+    for _, host, r in sorted(ranks, key=lambda x: x[0]):
+        where = f"{host} rank {r.get('rank')} (local {r.get('local_rank')})"
+        if not r.get("ok"):
+            print(f"{where}: FAILED: {r.get('error')}")
+            continue
+        print(f"{where} [{r.get('backend')}]: final loss {r['final_loss']:.4f}, accuracy "
+              f"{r['accuracy']:.3f}, {r['iters_per_s']:.1f} it/s, world size "
+              f"{r.get('world_size')}, ok")
+    failed = [r for _, _, r in ranks if not r.get("ok")]
+    worlds = {r.get("world_size") for _, _, r in ranks}
+    logs = ", ".join(sorted({r["log_dir"] for r in res.values()}))
+    if not all(r["ok"] for r in res.values()):
+        print(f"train: FAILED ({len(failed)} of {len(ranks)} ranks; logs in {logs})")
+        return False
+    if worlds != {len(ranks)}:
+        print(f"train: FAILED: world sizes {sorted(worlds)} for {len(ranks)} ranks")
+        return False
+    losses = [r["final_loss"] for _, _, r in ranks]
+    print(f"train: ok, {len(ranks)} ranks on {len(res)} hosts, final loss "
+          f"{min(losses):.4f}..{max(losses):.4f}")
+    return True
+
+
 class PassingCLI(CLI):
     prompt = "passing> "
 
@@ -68,6 +109,40 @@ class PassingCLI(CLI):
             return
         report_allreduce(self.pnet.allreduce(args.size, args.job, args.iters,
                                              strategy=args.strategy))
+
+    def do_train(self, line: str) -> None:
+        """train [--job ID] [--backend passing|gloo] [--epochs N] [--nproc-per-node G]
+        [--hosts H1,H2] [--timeout S] [--script PATH] [-- SCRIPT ARGS...]: torchrun on every
+        host of the job (default: the first job; --hosts: those instead) running a DDP
+        training script (default examples/train_ddp.py); one line per rank and a verdict."""
+        words = shlex.split(line)
+        extra = words[words.index("--") + 1:] if "--" in words else []
+        words = words[:words.index("--")] if "--" in words else words
+        ap = argparse.ArgumentParser(prog="train", add_help=False)
+        ap.add_argument("--job", type=int, default=None)
+        ap.add_argument("--backend", default="passing")
+        ap.add_argument("--epochs", type=int, default=1)
+        ap.add_argument("--nproc-per-node", type=int, default=None)
+        ap.add_argument("--hosts", default=None)
+        ap.add_argument("--timeout", type=float, default=300.0)
+        ap.add_argument("--script", default=None)
+        try:
+            args = ap.parse_args(words)
+        except SystemExit:
+            print("usage: train [--job ID] [--backend passing|gloo] [--epochs N] "
+                  "[--nproc-per-node G] [--hosts H1,H2] [--timeout S] [--script PATH] "
+                  "[-- SCRIPT ARGS...]")
+            return
+        try:
+            res = self.pnet.train(args.job, backend=args.backend,
+                                  nproc_per_node=args.nproc_per_node, script=args.script,
+                                  args=("--epochs", str(args.epochs), *extra),
+                                  timeout=args.timeout,
+                                  hosts=args.hosts.split(",") if args.hosts else None)
+        except (ValueError, FileNotFoundError, RuntimeError) as e:
+            print(f"train: {e}")
+            return
+        report_train(res)
 
     def _ctl(self, *argv: str) -> None:
         ctl_cli.main(list(argv), ctl=self.pnet.ctl)
@@ -139,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"*** job 1 over {', '.join(topo.hosts)}; agent parameters in {params}")
         pnet.ctl.disconnect()
         print(f"*** passing-ctl --config {pnet.config_file()} ... works from another shell")
+        print(f"*** controller's job parameters for the hosts (management network): "
+              f"{pnet.controller_url}/v1/jobs/<id>")
         if args.no_cli:
             return 0 if report_allreduce(pnet.allreduce("64K")) else 1
         PassingCLI(pnet)

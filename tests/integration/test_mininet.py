@@ -1,15 +1,23 @@
 """`make run-topology`'s machinery end to end: Mininet hosts and links, the switches (the model,
-and BMv2 when installed), the controller, the default job, agents on every host."""
+and BMv2 when installed), the controller, the default job, agents on every host, the management
+network with the controller's parameter service, and PyTorch training with torchrun."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from controller.topology import load
 from tests import REPO
+from topologies import network as network_module
+from topologies import training
+from topologies.management import MGMT_BRIDGE, ManagementError
 from topologies.network import PassingNetwork
 
 
@@ -117,3 +125,181 @@ def test_baseline_strategies_return_the_correct_sum(network, strategy):
         for tor in ("tor1", "tor2"):
             stats = pnet.ctl.stats(1001)[tor]
             assert stats["job_contributions"] >= 4 * (4096 // 64), stats
+
+
+def _link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", "dev", name],
+                          capture_output=True).returncode == 0
+
+
+def test_management_network_serves_the_job_parameters(network):
+    """Every host reaches the controller's parameter service over its management interface,
+    not through the switches; the bridge and its veths go with stop()."""
+    pnet = network("star")
+    pnet.create_job(2, ["h1", "h2"], window=8)
+    url = pnet.controller_url
+    assert url and url.startswith(f"http://{pnet.mgmt.address}:"), url
+    for i, name in enumerate(pnet.topo.hosts, start=1):
+        host = pnet.net.get(name)
+        assert f"dev {name}-mgmt" in host.cmd(f"ip route get {pnet.mgmt.address}")
+        doc = json.loads(host.cmd(f"curl -sf --max-time 10 {url}/v1/jobs/2"))
+        assert doc["job_id"] == 2 and list(doc["hosts"]) == ["h1", "h2"], doc
+        assert pnet.mgmt.hosts[name] == f"172.31.0.{i}"
+    missing = pnet.net.get("h3").cmd(f"curl -s --max-time 10 {url}/v1/jobs/99")
+    assert "job 99 does not exist" in json.loads(missing)["error"]
+    ports = [f"pmg{i}" for i in range(1, 5)]
+    assert all(_link_exists(n) for n in [MGMT_BRIDGE, *ports])
+    pnet.stop()
+    assert not any(_link_exists(n) for n in [MGMT_BRIDGE, *ports])
+
+
+def test_a_failed_start_leaves_nothing_behind(target, tmp_path):
+    """A management subnet this machine already routes is refused, naming the clash, and the
+    half-started network (Mininet, switches, bridge) is stopped before the error is raised."""
+    path = REPO / "topologies" / "star.json"
+    clash = "pmgtest0"
+    subprocess.run(["ip", "link", "add", clash, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", "172.30.5.1/24", "dev", clash], check=True)
+        subprocess.run(["ip", "link", "set", clash, "up"], check=True)
+        pnet = PassingNetwork(load(path), path, target, tmp_path / "star",
+                              mgmt_subnet="172.30.0.0/16")
+        with pytest.raises(ManagementError, match=r"172\.30\.0\.0/16 overlaps 172\.30\.5\.0/24"):
+            pnet.start()
+        assert pnet.net is None and pnet.ctl is None and pnet.controller_url is None
+        assert not _link_exists(MGMT_BRIDGE)
+    finally:
+        subprocess.run(["ip", "link", "del", clash])
+    pnet.stop()  # again: nothing left to do
+
+
+def test_train_without_a_script_says_to_pass_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(network_module, "CHECKOUT", tmp_path)
+    with pytest.raises(FileNotFoundError, match="pass one"):
+        PassingNetwork._default_script()
+
+
+def test_rank_reports_come_from_torchruns_per_rank_logs(tmp_path):
+    """A rank's report is the last stdout line of its log file; a rank without one reports the
+    exception its stderr ends with (torch's `[rankN]:` prefix and c10d's log lines aside)."""
+    run = training.HostRun("h2", 1, 3, 2, tmp_path, tag="t")
+    attempt = tmp_path / "none_x1y2" / "attempt_0"
+    for lr in range(2):
+        (attempt / str(lr)).mkdir(parents=True)
+    (attempt / "0" / "stdout.log").write_text(
+        'progress\n{"ok": true, "rank": 2, "final_loss": 0.5}\n\n')
+    (attempt / "0" / "stderr.log").write_text("[W1130 socket.cpp:207] a warning\n")
+    (attempt / "1" / "stdout.log").write_text("")
+    (attempt / "1" / "stderr.log").write_text(
+        "[rank3]: Traceback (most recent call last):\n[rank3]:   File \"x.py\"\n"
+        "[rank3]: RuntimeError: Connection closed by peer\n[W1130 ProcessGroup.cpp] late\n")
+    run.proc = subprocess.Popen(["false"])
+    run.proc.wait()
+    res = training.collect(run)
+    assert not res["ok"] and res["exit_code"] == 1 and res["killed"] is None
+    r0, r1, r2 = res["ranks"]
+    assert r0 == {"ok": True, "rank": 2, "final_loss": 0.5, "host": "h2", "local_rank": 0}
+    assert r1 == {"ok": False, "rank": 3, "host": "h2", "local_rank": 1,
+                  "error": "RuntimeError: Connection closed by peer"}
+    assert r2["rank"] == 4 and not r2["ok"] and r2["error"]  # torchrun never started it
+    assert res["error"] == "RuntimeError: Connection closed by peer"
+    run.killed = "killed: no result within 9s"
+    assert training.collect(run)["ranks"][1]["error"] == \
+        "killed: no result within 9s (RuntimeError: Connection closed by peer)"
+
+
+def test_killing_a_run_kills_every_process_with_its_tag():
+    """Also those that left the process group and were reparented (torchrun's workers run in
+    sessions of their own)."""
+    tag = f"test-{time.monotonic_ns()}"
+    env = {"PATH": "/usr/bin:/bin", training.TAG_VAR: tag}
+    proc = subprocess.Popen(["bash", "-c", "setsid sleep 60 & sleep 60 & wait"], env=env)
+    deadline = time.monotonic() + 10
+    while len(training.tagged_pids(tag)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(training.tagged_pids(tag)) == 3
+    assert training.kill_tagged(tag) >= 3
+    assert proc.wait(10) == -9 and training.tagged_pids(tag) == []
+
+
+# 2 hosts x 2 local ranks (star's hosts have 2 GPUs each); tiny runs: one epoch of 4096 samples.
+TRAIN_ARGS = ("--epochs", "1", "--seed", "3")
+
+
+def _ranks(res: dict[str, dict]) -> list[dict]:
+    return sorted((r for host in res.values() for r in host["ranks"]), key=lambda r: r["rank"])
+
+
+def test_train_with_passing_matches_gloo(network):
+    """torchrun on h1 and h2 (2 local ranks each): the passing backend, which streams each
+    host's sum through the switch, trains to gloo's loss up to fixed-point rounding."""
+    pnet = network("star")
+    pnet.create_job(2, ["h1", "h2"], window=16)
+    results = {}
+    for backend in ("gloo", "passing"):
+        res = pnet.train(2, backend=backend, args=TRAIN_ARGS, timeout=240)
+        assert set(res) == {"h1", "h2"}
+        assert all(r["ok"] for r in res.values()), res
+        ranks = _ranks(res)
+        assert [r["rank"] for r in ranks] == [0, 1, 2, 3], ranks
+        assert {(r["backend"], r["world_size"]) for r in ranks} == {(backend, 4)}, ranks
+        assert all(r["host"] == h for h, host in res.items() for r in host["ranks"])
+        results[backend] = ranks
+    # DDP keeps the replicas equal: one loss per backend; passing's within rounding of gloo's.
+    losses = {b: {r["final_loss"] for r in ranks} for b, ranks in results.items()}
+    assert len(losses["gloo"]) == 1 and len(losses["passing"]) == 1, losses
+    assert losses["passing"].pop() == pytest.approx(losses["gloo"].pop(), rel=1e-3, abs=1e-4)
+    assert results["passing"][0]["accuracy"] == pytest.approx(results["gloo"][0]["accuracy"],
+                                                              abs=0.02)
+    # The gradients went through the switch's aggregation.
+    assert pnet.ctl.stats(2)["s1"]["job_contributions"] > 0
+
+
+def test_train_with_a_wrong_job_fails_at_start_on_every_rank(network):
+    pnet = network("star")
+    pnet.create_job(2, ["h1", "h2"], window=8)
+    start = time.monotonic()
+    res = pnet.train(99, backend="passing", hosts=["h1", "h2"], args=TRAIN_ARGS, timeout=120)
+    elapsed = time.monotonic() - start
+    ranks = _ranks(res)
+    assert len(ranks) == 4 and not any(r["ok"] for r in ranks), res
+    for r in ranks:
+        # the controller's answer, on every rank: no timeout, nothing killed
+        assert "job 99" in r["error"] and "does not exist" in r["error"], r
+    assert not any(h["killed"] for h in res.values()), res
+    assert elapsed < 100, elapsed
+
+
+def _rx_bytes(pnet: PassingNetwork, host: str) -> int:
+    """Bytes the host's switch port received from it (the switch side is in the root
+    namespace)."""
+    h = pnet.net.get(host)
+    link = pnet.net.linksBetween(h, pnet.net.get(pnet.topo.hosts[host].rack))[0]
+    intf = link.intf2 if link.intf1.node is h else link.intf1
+    return int(Path(f"/sys/class/net/{intf.name}/statistics/rx_bytes").read_text())
+
+
+def test_a_host_killed_mid_training_fails_every_other_rank(network):
+    """h2's torchrun and ranks are killed once gradients flow; h1's ranks each end with an
+    error of their own (the switch's silence), well before train()'s own bounds kill them."""
+    pnet = network("star")
+    pnet.create_job(2, ["h1", "h2"], window=16)
+    out = {}
+    before = _rx_bytes(pnet, "h2")
+    trainer = threading.Thread(target=lambda: out.update(pnet.train(
+        2, backend="passing", args=("--epochs", "200"), timeout=240,
+        env={"PASSING_TIMEOUT": "5"})))
+    start = time.monotonic()
+    trainer.start()
+    # Training runs when h2 has sent its gradients for a few steps (~27 KB each).
+    while _rx_bytes(pnet, "h2") - before < 300_000:
+        assert trainer.is_alive() and time.monotonic() - start < 180, out
+        time.sleep(0.1)
+    assert pnet.kill_training("h2")
+    trainer.join(300)
+    assert not trainer.is_alive()
+    assert out["h2"]["killed"] and not out["h2"]["ok"], out["h2"]
+    h1 = out["h1"]
+    assert not h1["ok"] and h1["killed"] is None, h1  # it ended on its own
+    assert len(h1["ranks"]) == 2 and all(not r["ok"] and r["error"] for r in h1["ranks"]), h1
+    assert time.monotonic() - start < 200

@@ -131,6 +131,18 @@ def test_commands_import_no_test_harness(installed):
     assert loaded == {"scapy": False, "testbed": False}
 
 
+def test_import_torch_registers_the_passing_backend_from_the_wheel(installed):
+    # The torch.backends entry point: a user's script that imports nothing of ours can say
+    # init_process_group("passing"); the backend's own modules load only when it is used.
+    found = installed.python(
+        "import json, sys, torch, torch.distributed as dist\n"
+        "print(json.dumps({'registered': 'PASSING' in dist.Backend._plugins,\n"
+        "  'autoload': sys.modules['passing._torch_autoload'].__file__,\n"
+        "  'backend_loaded': 'host_agent.backend' in sys.modules}))")
+    assert found["registered"] and not found["backend_loaded"]
+    assert found["autoload"].startswith(str(installed.site)), found
+
+
 def test_passing_ctl_help(installed):
     res = installed.run("passing-ctl", "--help")
     assert res.returncode == 0 and "usage: passing-ctl" in res.stdout, res.stderr
