@@ -255,6 +255,22 @@ def test_train_with_passing_matches_gloo(network):
     assert pnet.ctl.stats(2)["s1"]["job_contributions"] > 0
 
 
+def test_train_across_every_host_of_leafspine_through_both_racks(network):
+    """The issue's bar: the unchanged script, backend passing, torchrun on every host of a
+    two-level topology (4 hosts x 2 local ranks); both ToRs and the spine aggregated."""
+    pnet = network("leafspine")
+    pnet.create_job(1, window=16)
+    res = pnet.train(1, backend="passing", args=TRAIN_ARGS, timeout=400)
+    assert set(res) == {"h1", "h2", "h3", "h4"} and all(r["ok"] for r in res.values()), res
+    ranks = _ranks(res)
+    assert [r["rank"] for r in ranks] == list(range(8))
+    assert {(r["backend"], r["world_size"]) for r in ranks} == {("passing", 8)}
+    assert len({r["final_loss"] for r in ranks}) == 1  # one model on every rank
+    stats = pnet.ctl.stats(1)
+    assert all(stats[s]["job_contributions"] > 0 for s in ("tor1", "tor2", "spine")), stats
+    assert stats["spine"]["job_results"] > 0
+
+
 def test_train_with_a_wrong_job_fails_at_start_on_every_rank(network):
     pnet = network("star")
     pnet.create_job(2, ["h1", "h2"], window=8)
