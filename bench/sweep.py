@@ -183,13 +183,7 @@ class Counters:
                              if i.name != "lo"]
 
     def snapshot(self) -> dict:
-        snap = {}
-        for h in self.hosts:
-            node = self.pnet.net.get(h)
-            intf = node.defaultIntf().name
-            out = node.cmd(f"cat /sys/class/net/{intf}/statistics/tx_bytes "
-                           f"/sys/class/net/{intf}/statistics/rx_bytes").split()
-            snap[h] = (int(out[0]), int(out[1]))
+        snap: dict = {h: self.pnet.host_link_bytes(h) for h in self.hosts}
         snap["switch_rx"] = sum(_read(f"/sys/class/net/{i}/statistics/rx_packets")
                                 for i in self.switch_intfs)
         return snap

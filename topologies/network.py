@@ -212,6 +212,7 @@ class PassingNetwork:
             params = self.ina_companion(job_id)
             job = JobParams.load(params)
         hosts = job.host_names
+        before = {h: self.host_link_bytes(h) for h in hosts}
         procs = {h: self.net.get(h).popen(
                     [sys.executable, "-m", "bench.agent.cli", "--params", str(params),
                      "--host", h, "--size", size, "--iters", str(iters), "--json",
@@ -237,7 +238,33 @@ class PassingNetwork:
                 out[h] = json.loads(stdout.strip().splitlines()[-1])
             except (IndexError, json.JSONDecodeError):
                 out[h] = {"ok": False, "error": (stderr or stdout).strip()[-300:]}
+        if not train_steps:
+            for h in hosts:
+                self._link_use(out[h], h, before[h], iters)
         return out
+
+    def host_link_bytes(self, host: str) -> tuple[int, int]:
+        """(tx, rx) bytes of the host's data interface so far, read in its namespace."""
+        node = self.net.get(host)
+        intf = node.defaultIntf().name
+        tx, rx = node.cmd(f"cat /sys/class/net/{intf}/statistics/tx_bytes "
+                          f"/sys/class/net/{intf}/statistics/rx_bytes").split()
+        return int(tx), int(rx)
+
+    def _link_use(self, report: dict, host: str, before: tuple[int, int], iters: int) -> None:
+        """Add to an agent's report the bytes its host link carried per call (the warm-up call
+        included, so the counters' delta is over iters + 1 calls) and, for a shaped link, how
+        busy the link was during a call: far below 1, the CPU, not the emulated link, set the
+        time (README, "Running a topology")."""
+        if not report.get("ok") or not report.get("mean_s"):
+            return
+        tx, rx = (b - a for a, b in zip(before, self.host_link_bytes(host), strict=True))
+        per_call = max(tx, rx) / (iters + 1)
+        report["link_bytes_per_call"] = per_call
+        bw = self.topo.hosts[host].link.bw
+        report["link_mbps"] = bw or 0
+        if bw:
+            report["link_busy"] = per_call * 8 / (report["mean_s"] * bw * 1e6)
 
     def train(self, job_id: int | None = None, backend: str = "passing",
               nproc_per_node: int | None = None, script: str | Path | None = None,

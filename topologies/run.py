@@ -36,9 +36,13 @@ from controller.topology import TopologyError, load
 from passing.pipeline_files import topology_file
 from topologies.network import PassingNetwork
 
+# Below this share of a shaped link's rate during a call, the link did not set the time.
+CPU_BOUND_BELOW = 0.5
+
 
 def report_allreduce(res: dict[str, dict]) -> bool:
-    """Print one line per host; True when every host got the correct sum."""
+    """Print one line per host, and whether the emulated links or this machine's CPU limited
+    the run; True when every host got the correct sum."""
     ok = True
     for host, r in sorted(res.items()):
         if not r.get("ok"):
@@ -49,7 +53,14 @@ def report_allreduce(res: dict[str, dict]) -> bool:
         print(f"{host} [{r.get('strategy')}]: {r['bytes'] / 2**20:.2f} MiB in "
               f"{r['mean_s'] * 1e3:.1f} ms, "
               f"{r['goodput_gbps']:.3f} Gbit/s, {'correct' if r['correct'] else 'WRONG'} vs "
-              f"numpy (max error {r['max_error']:.1e}), {r['retransmissions']} retransmissions")
+              f"numpy (max error {r['max_error']:.1e}), {r['retransmissions']} retransmissions"
+              + (f", host link {r['link_busy']:.0%} busy" if "link_busy" in r else ""))
+    busy = [r["link_busy"] for r in res.values() if "link_busy" in r]
+    if busy and max(busy) < CPU_BOUND_BELOW:
+        rate = max(r["link_mbps"] for r in res.values() if "link_busy" in r)
+        print(f"*** CPU-bound: the {rate:g} Mbit/s host links were at most {max(busy):.0%} busy "
+              "during a call, so this machine's CPU (switch processes and agents), not the "
+              "emulated links, set the time; see README, \"Running a topology\"")
     return ok
 
 

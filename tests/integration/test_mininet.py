@@ -44,6 +44,11 @@ def test_allreduce_on_every_host_is_correct(network, topo):
     assert set(res) == {"h1", "h2", "h3", "h4"}
     for host, r in res.items():
         assert r.get("ok") and r["correct"] and r["contributors"] == 8, (host, r)
+        # Each host link carried the tensor at least once per call (16K float32 values), and
+        # how busy it was is reported against its shipped rate.
+        assert r["link_bytes_per_call"] >= 16 * 1024 * 4 and r["link_mbps"] == 100, r
+        assert 0 < r["link_busy"] == pytest.approx(
+            r["link_bytes_per_call"] * 8 / (r["mean_s"] * 100e6)), r
     # Ordinary traffic crosses the same switches.
     h1, h4 = pnet.net.get("h1"), pnet.net.get("h4")
     # -w: keep going until 3 replies came back (an occasional lost echo through three software
