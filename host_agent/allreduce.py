@@ -37,12 +37,17 @@ _STATUS_BYTES = 512  # the status code, then the leader's message (utf-8, cut to
 NONFINITE_POLICIES = ("raise", "propagate")
 
 
+def switch_sum(streamer: SlotStreamer, tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of `tensor` over the job's streams, through the switch, as a float64 CPU tensor
+    of its shape: the streamer works on float64 numpy values on the CPU."""
+    total = streamer.allreduce(tensor.detach().to("cpu", torch.float64).numpy())
+    return torch.from_numpy(np.asarray(total).reshape(tensor.shape))
+
+
 def stream_tensor(streamer: SlotStreamer, tensor: torch.Tensor) -> torch.Tensor:
     """`tensor` summed through the switch by `streamer`, in place (on its own device and
-    dtype): the streamer works on float64 numpy values on the CPU."""
-    total = streamer.allreduce(tensor.detach().to("cpu", torch.float64).numpy())
-    tensor.copy_(torch.from_numpy(np.asarray(total).reshape(tensor.shape)))
-    return tensor
+    dtype)."""
+    return tensor.copy_(switch_sum(streamer, tensor))
 
 
 class AllreduceError(RuntimeError):
@@ -131,8 +136,7 @@ class PassingAllreduce:
         """The leader's part: stream the host's sum, write the result into `out` (rounded
         once, to out's dtype). (status code, message for the other local ranks)."""
         try:
-            total = self.streamer.allreduce(local_sum.to("cpu", torch.float64).numpy())
-            result = torch.from_numpy(np.asarray(total).reshape(out.shape))
+            result = switch_sum(self.streamer, local_sum)
         except NonFiniteError as e:
             if self.nonfinite == "raise":
                 return _NONFINITE, str(e)

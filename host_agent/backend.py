@@ -189,7 +189,7 @@ class PassingProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND
 
-    def _through_switch(self, tensors: list[torch.Tensor], op: dist.ReduceOp) -> bool:
+    def _summed_by_switch(self, tensors: list[torch.Tensor], op: dist.ReduceOp) -> bool:
         # `==`, not `in`: the ReduceOp an option holds is not equal to the enum on the left.
         return (self.passing is not None and (op == dist.ReduceOp.SUM or op == dist.ReduceOp.AVG)
                 and all(t.dtype in _SUMMED and t.device.type in ("cpu", "cuda")
@@ -202,7 +202,7 @@ class PassingProcessGroup(dist.ProcessGroup):
             opts = dist.AllreduceOptions()
         op = opts.reduceOp
         avg = op == dist.ReduceOp.AVG
-        if self._through_switch(tensors, op):
+        if self._summed_by_switch(tensors, op):
             for t in tensors:
                 self.passing.allreduce(t, divide_by=self.size() if avg else 1)
             return _done(tensors)
@@ -226,7 +226,7 @@ class PassingProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
         one = dist.AllreduceOptions()
         one.reduceOp = opts.reduceOp
-        if self._through_switch(tensors, opts.reduceOp) or opts.reduceOp == dist.ReduceOp.AVG:
+        if self._summed_by_switch(tensors, opts.reduceOp) or opts.reduceOp == dist.ReduceOp.AVG:
             for t in tensors:
                 self.allreduce([t], one).wait()
             return _done(tensors)
