@@ -16,6 +16,13 @@ done
 if ip link show passing-mgmt >/dev/null 2>&1; then
     ip link del passing-mgmt 2>/dev/null && echo "removed the management bridge passing-mgmt"
 fi
+# Loss rules on switch interfaces (topologies/link_loss.py): a table left behind would hook onto
+# the same interface names in the next run and drop its frames.
+if command -v nft >/dev/null 2>&1; then
+    for table in $(nft list tables netdev 2>/dev/null | awk '$3 ~ /^passing_loss_/ {print $3}'); do
+        nft delete table netdev "$table" && echo "removed loss rule $table"
+    done
+fi
 if command -v mn >/dev/null 2>&1; then
     mn -c >/dev/null 2>&1 && echo "mininet cleaned up (mn -c)"
 fi

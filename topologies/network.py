@@ -25,7 +25,7 @@ from passing import p4build
 from passing import protocol as P
 from passing.contract import JobParams
 from passing.pipeline_files import BUILD_DIR, CHECKOUT
-from topologies import training
+from topologies import link_loss, training
 from topologies.management import MGMT_SUBNET, ManagementNetwork, ParamsService
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
@@ -89,6 +89,10 @@ class PassingNetwork:
         for u in self.topo.uplinks:
             net.addLink(u.tor, u.spine, port1=u.tor_port, port2=u.spine_port, **_shape(u.link))
         net.build()
+        # A loss rule left by an earlier run would hook onto these interfaces' names.
+        stale = link_loss.remove_root_tables(self._root_interfaces())
+        if stale:
+            print(f"*** removed loss rules left by an earlier run: {', '.join(stale)}")
         net.start()
         for h in self.topo.hosts.values():
             node = net.get(h.name)
@@ -174,8 +178,15 @@ class PassingNetwork:
 
     def _stop_mininet(self) -> None:
         if self.net is not None:
+            names = self._root_interfaces()
             self.net.stop()
             self.net = None
+            link_loss.remove_root_tables(names)
+
+    def _root_interfaces(self) -> list[str]:
+        """The switches' interfaces: those in the root namespace."""
+        return [intf.name for sw in self.net.switches for intf in sw.intfList()
+                if intf.name != "lo"]
 
     # -- jobs and traffic ---------------------------------------------------------------------
     def create_job(self, job_id: int, hosts: list[str] | None = None, window: int = 64,
@@ -413,25 +424,8 @@ class PassingNetwork:
         if link is None:
             raise ValueError(f"no link between {a} and {b}")
         for intf in (link.intf1, link.intf2):
-            _nft_loss(intf, percent, self.run_dir)
+            link_loss.set_loss(intf, percent, self.run_dir)
 
 
 def _shape(link) -> dict:
     return {"bw": link.bw} if link.bw else {}
-
-
-def _nft_loss(intf, percent: float, run_dir: Path) -> None:
-    """Drop `percent` % of the frames leaving `intf` (egress hook of the netdev family)."""
-    table = f"loss_{intf.name.replace('-', '_')}"
-    node = intf.node
-    node.cmd(f"nft delete table netdev {table} 2>/dev/null")
-    if percent <= 0:
-        return
-    rules = run_dir / f"{table}.nft"
-    rules.write_text(f"table netdev {table} {{\n  chain c {{\n"
-                     f"    type filter hook egress device \"{intf.name}\" priority 0;\n"
-                     f"    numgen random mod 10000 < {int(round(percent * 100))} drop\n"
-                     f"  }}\n}}\n")
-    out = node.cmd(f"nft -f {rules}")
-    if out.strip():
-        raise RuntimeError(f"nft on {intf.name}: {out.strip()}")

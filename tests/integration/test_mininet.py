@@ -15,8 +15,8 @@ import pytest
 
 from controller.topology import load
 from tests import REPO
+from topologies import link_loss, training
 from topologies import network as network_module
-from topologies import training
 from topologies.management import MGMT_BRIDGE, ManagementError
 from topologies.network import PassingNetwork
 
@@ -71,9 +71,31 @@ def test_one_percent_loss_on_every_link(network):
     pnet.create_job(1, window=16)
     for link in pnet.net.links:
         pnet.set_loss(link.intf1.node.name, link.intf2.node.name, 1.0)
+    assert link_loss.root_tables()  # the switches' side of every link
     res = pnet.allreduce("8K", iters=1)
     assert all(r.get("ok") and r["correct"] for r in res.values()), res
     assert sum(r["retransmissions"] for r in res.values()) > 0
+    # The rules go with the network: a later run on the same interface names has no loss.
+    pnet.stop()
+    assert link_loss.root_tables() == []
+
+
+def test_a_loss_rule_left_by_a_crashed_run_is_removed_at_start(network, tmp_path):
+    """A table for tor1-eth1 made as a crashed run would have left it: the next network on
+    that interface name removes it before any frame flows. The table drops every frame, so
+    h1 would get no result at all if it were still hooked."""
+    table = link_loss.table_name("tor1-eth1")
+    subprocess.run(["nft", "-f", "-"], check=True, text=True, input=(
+        f"table netdev {table} {{ chain c {{ type filter hook egress device \"tor1-eth1\" "
+        "priority 0; drop; }; }\n"))
+    try:
+        pnet = network("leafspine")
+        assert table not in link_loss.root_tables()
+        pnet.create_job(1, window=16)
+        res = pnet.allreduce("8K", iters=1)
+        assert all(r.get("ok") and r["correct"] for r in res.values()), res
+    finally:
+        link_loss.remove_root_tables(["tor1-eth1"])
 
 
 def test_two_concurrent_jobs_on_disjoint_hosts(network):
