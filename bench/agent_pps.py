@@ -13,6 +13,7 @@ import argparse
 import json
 import multiprocessing as mp
 import queue
+import select
 import socket
 import sys
 import time
@@ -20,6 +21,7 @@ import time
 import numpy as np
 
 from bench.sizes import parse_size
+from host_agent import mmsg
 from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig
 from host_agent.transport import UdpTransport
@@ -48,25 +50,38 @@ class MemorySink:
             return out
 
 
-def _echo(port_out, stop) -> None:
+def _echo(port_out, stop, batched: bool) -> None:
+    """Answer every datagram with itself as a RESULT; batched, many per system call (the
+    echo must not be slower than the agent it measures)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     sock.bind(("127.0.0.1", 0))
     sock.settimeout(0.2)
     port_out.put(sock.getsockname()[1])
+    receiver = mmsg.Receiver() if batched else None
     while not stop.is_set():
         try:
             payload, addr = sock.recvfrom(65535)
         except TimeoutError:
             continue
         sock.sendto(as_result(payload), addr)
+        if receiver is None:
+            continue
+        sock.connect(addr)  # one agent: from here on, batches to it
+        while not stop.is_set():
+            if not select.select([sock], [], [], 0.2)[0]:
+                continue
+            buf, lengths = receiver.receive(sock)
+            rows = buf[lengths == P.PAYLOAD_BYTES, :P.PAYLOAD_BYTES].copy()
+            rows[:, packet.FLAGS_OFFSET] = int(P.Flag.RESULT)
+            mmsg.send_rows(sock, rows)
 
 
-def udp_echo() -> tuple[int, mp.Process, object]:
+def udp_echo(batched: bool) -> tuple[int, mp.Process, object]:
     """An echo in its own process (a thread would share the agent's interpreter lock)."""
     ctx = mp.get_context("spawn")
     port_q, stop = ctx.Queue(), ctx.Event()
-    proc = ctx.Process(target=_echo, args=(port_q, stop), daemon=True)
+    proc = ctx.Process(target=_echo, args=(port_q, stop, batched), daemon=True)
     proc.start()
     return port_q.get(timeout=30), proc, stop
 
@@ -77,11 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--sink", choices=["memory", "udp"], default="memory")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--per-packet", action="store_true",
+                    help="one system call per datagram (the agent and the echo), as before "
+                         "batched I/O, for comparison")
     args = ap.parse_args(argv)
-    echo = None
+    echo, batched = None, False
     if args.sink == "udp":
-        port, echo, stop = udp_echo()
-        transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", port)
+        batched = mmsg.available() and not args.per_packet
+        port, echo, stop = udp_echo(batched)
+        transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", port, batched=batched)
     else:
         transport = MemorySink()
     streamer = SlotStreamer(StreamConfig(1, 0, args.slots, 1, new_session(), rto=1.0), transport)
@@ -94,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         echo.join(5)
     assert np.allclose(y, x, rtol=0, atol=1e-5 * float(np.max(np.abs(x))))
     pkts = streamer.stats.packets
-    res = {"sink": args.sink, "values": args.size, "packets": pkts, "seconds": round(dt, 3),
+    res = {"sink": args.sink, "batched": batched, "values": args.size, "packets": pkts,
+           "seconds": round(dt, 3),
            "pps": round(pkts / dt), "value_gbps": round(args.size * 32 / dt / 1e9, 3)}
     print(json.dumps(res) if args.json else
           f"agent -> {args.sink} sink: {res['pps']} packets/s ({pkts} packets, "

@@ -7,9 +7,12 @@ with the agreed exponent and carrying the exponent of fragment s+W, then fragmen
 goes out; W slots are in flight at once. Every use of a slot flips its version (the SwitchML
 shadow copy), also across calls, so the agent keeps the versions for the life of the job.
 
-Loss: each slot has a retransmission timer with exponential backoff; a resend carries RETRANS and
-brings the result whether the contribution or the result was lost. A switch that stops
-answering ends in SwitchTimeout, not a hang. Results are matched on session, slot, version,
+Loss (docs/protocol.md, "Loss recovery"): a packet still unanswered when a packet sent after it
+has been answered was lost, and is resent at once; a timer period without any result sends one
+probe (the newest packet), doubling the period each time. Waiting for a slow host or a busy switch
+is never taken for the loss of the whole window. A resend carries RETRANS and brings the result
+whether the contribution or the result was lost. A switch that stops answering ends in
+SwitchTimeout, not a hang. Results are matched on session, slot, version,
 fragment and the call's tag, so neither a result of another session nor a late duplicate of an
 earlier call is ever taken for a new result.
 
@@ -42,6 +45,10 @@ class SessionBroken(RuntimeError):
 
 
 class Transport(Protocol):
+    """What the streamer needs of a transport. One may also offer batch calls, which the
+    streamer then uses: `send_rows(rows)` (each row of an (n, PAYLOAD_BYTES) uint8 array one
+    datagram) and `recv_rows(timeout) -> (rows, datagrams of another size)`."""
+
     def send(self, payload: bytes) -> None: ...
 
     def recv(self, timeout: float) -> list[bytes]: ...
@@ -55,34 +62,25 @@ class StreamConfig:
     streams: int  # hosts of the job: contributions summed by the switches
     session: int  # the run's session number, the same on every host (host_agent.session)
     local_gpus: int = 1  # carried in num_contrib
-    rto: float = 0.02  # retransmission timeout until round trips have been measured, seconds
+    rto: float = 0.02  # probe timer until round trips have been measured, seconds
     min_rto: float = 0.005
-    max_rto: float = 1.0
+    max_rto: float = 1.0  # the longest a doubling probe timer waits
     deadline: float = 10.0  # seconds without any progress before giving up
 
 
 @dataclass
 class StreamStats:
     packets: int = 0
-    retransmissions: int = 0
+    retransmissions: int = 0  # every resend: fast_retransmissions + probes
+    fast_retransmissions: int = 0  # packets found lost because a later one was answered
+    probes: int = 0  # resends after a timer period without any result
     results: int = 0
     ignored: int = 0  # results that matched nothing pending (duplicates, stale)
 
 
-@dataclass
-class _Pending:
-    """The packet a slot is waiting on."""
-
-    frag: int
-    version: int
-    payload: bytes
-    sent: float
-    rto: float
-    resent: bool = False
-
-
 class _Call:
-    """One allreduce's fragments and how far each slot has got through them."""
+    """One allreduce's fragments, how far each slot has got through them, and the packet each
+    slot is waiting on (arrays indexed by slot, so a batch of results is matched in numpy)."""
 
     def __init__(self, blocks: np.ndarray, local_exp: np.ndarray, window: int, streams: int,
                  tag: int):
@@ -90,13 +88,23 @@ class _Call:
         self.nfrag = blocks.shape[0]
         # Slots the call uses: the window, or one per fragment of a shorter tensor. Slot s
         # carries fragments s, s + used, s + 2 * used, ...
-        self.used = min(window, self.nfrag)
+        self.used = used = min(window, self.nfrag)
         self.s_bits = fx.scale_bits(streams)
         self.agreed = np.zeros(self.nfrag, dtype=np.uint8)
         self.out = np.zeros((self.nfrag, P.K), dtype=np.float64)
         # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*used
-        self.step = np.zeros(self.used, dtype=np.int64)
-        self.pending: dict[int, _Pending] = {}
+        self.step = np.zeros(used, dtype=np.int64)
+        # The packet each slot waits on. Sequence numbers order every transmission of this
+        # streamer (first_seq: the packet's first, last_seq: its latest); see _Recovery.
+        self.pending = np.zeros(used, dtype=bool)
+        self.p_frag = np.zeros(used, dtype=np.int64)
+        self.p_version = np.zeros(used, dtype=np.uint8)
+        self.first_seq = np.zeros(used, dtype=np.int64)
+        self.last_seq = np.zeros(used, dtype=np.int64)
+        self.sent = np.zeros(used, dtype=np.float64)  # time of the latest transmission
+        self.resent = np.zeros(used, dtype=bool)
+        self.probed = np.zeros(used, dtype=bool)  # the latest transmission was a probe
+        self.payloads = np.zeros((used, P.PAYLOAD_BYTES), dtype=np.uint8)
 
     def fragments(self, slots: np.ndarray) -> np.ndarray:
         """The fragment each of `slots` is at (for an exponent packet, the one it announces)."""
@@ -146,12 +154,12 @@ class SlotStreamer:
         self.versions = np.zeros(cfg.window, dtype=np.uint8)
         self.calls = 0
         self.stats = StreamStats()
-        # Round-trip estimate (TCP's, RFC 6298): the timer follows the switch's queueing delay,
-        # so a slow switch (BMv2) is not flooded with resends that only make it slower.
+        # Round-trip estimate (TCP's, RFC 6298): the probe timer follows the switch's queueing
+        # delay.
         self.srtt: float | None = None
         self.rttvar = 0.0
         self.rto = cfg.rto
-        self._backoff_at = float("-inf")
+        self._seq = 0  # numbers every transmission, in order (see _resend_overtaken)
         self.broken: str | None = None  # why this session cannot be used any more
         if not 0 < cfg.session < 1 << 64:
             raise ValueError(f"session {cfg.session}: a non-zero 64-bit number "
@@ -205,23 +213,40 @@ class SlotStreamer:
         call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams, self.calls % 256)
         self.calls += 1
         self._launch(call, np.arange(call.used, dtype=np.int64))
-        last_progress = time.monotonic()
-        while call.pending:
-            wait = min(p.sent + p.rto for p in call.pending.values()) - time.monotonic()
-            got_slots, got_frags, recs = self._collect(self.transport.recv(max(wait, 0.0)),
-                                                       call.pending, call.tag)
-            if got_slots:
-                last_progress = time.monotonic()
-                slots = np.array(got_slots, dtype=np.int64)
+        # Loss recovery (docs/protocol.md, "Loss recovery"): `mark` is the newest first
+        # transmission known to have been summed by every host; a packet last sent before it
+        # and still unanswered was lost. Silence is answered by one probe per timer period.
+        mark = -1
+        last_progress = probe_ref = time.monotonic()
+        probes = 0
+        while call.pending.any():
+            due = probe_ref + min(self.rto * (1 << probes), self.cfg.max_rto)
+            rows, other = self._receive(max(due - time.monotonic(), 0.0))
+            slots, frags, recs, newest = self._collect(rows, other, call)
+            now = time.monotonic()
+            if slots.size:
+                last_progress = probe_ref = now
+                probes = 0
+                mark = max(mark, newest)
                 self.versions[slots] ^= 1
-                more = call.absorb(slots, np.array(got_frags, dtype=np.int64), recs)
+                more = call.absorb(slots, frags, recs)
                 if more.size:
                     self._launch(call, more)
-            now = time.monotonic()
-            if call.pending and now - last_progress > self.cfg.deadline:
+                self._resend_overtaken(call, mark, now)
+            if not call.pending.any():
+                break
+            if now - last_progress > self.cfg.deadline:
                 raise self._timeout(call)
-            self._resend_expired(call, now)
+            if now >= probe_ref + min(self.rto * (1 << probes), self.cfg.max_rto):
+                self._probe(call, now)
+                probes = min(probes + 1, 30)
+                probe_ref = now
         return call.out, call.agreed
+
+    def _next_seq(self, n: int) -> np.ndarray:
+        seq = np.arange(self._seq, self._seq + n, dtype=np.int64)
+        self._seq += n
+        return seq
 
     def _launch(self, call: _Call, slots: np.ndarray) -> None:
         """Build the next packet of each of `slots` in one vectorized batch and send them."""
@@ -233,70 +258,107 @@ class SlotStreamer:
                                   contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
                                   version=versions, frag=frag, num_contrib=cfg.local_gpus,
                                   exp=exp, tag=call.tag, session=cfg.session)
-        now = time.monotonic()
-        for i, row in enumerate(packet.payload_rows(batch)):
-            payload = row.tobytes()
-            self.transport.send(payload)
-            call.pending[int(slots[i])] = _Pending(int(frag[i]), int(versions[i]), payload, now,
-                                                   self.rto)
+        seq = self._next_seq(slots.size)
+        call.pending[slots] = True
+        call.p_frag[slots] = frag
+        call.p_version[slots] = versions
+        call.first_seq[slots] = seq
+        call.last_seq[slots] = seq
+        call.resent[slots] = False
+        call.probed[slots] = False
+        rows = packet.payload_rows(batch)
+        call.payloads[slots] = rows  # kept for a resend
+        send_rows = getattr(self.transport, "send_rows", None)
+        if send_rows is not None:
+            send_rows(rows)
+        else:
+            for row in rows:
+                self.transport.send(row.tobytes())
+        call.sent[slots] = time.monotonic()
         self.stats.packets += slots.size
 
-    def _resend_expired(self, call: _Call, now: float) -> None:
-        """Resend, with RETRANS, every pending packet whose timer ran out, backing its timer
-        off."""
-        expired = False
-        for p in call.pending.values():
-            if now >= p.sent + p.rto:
-                expired = True
-                p.rto = min(p.rto * 2, self.cfg.max_rto)
-                p.resent = True
-                self.stats.retransmissions += 1
-                self.transport.send(packet.with_flags(
-                    p.payload, int(P.Flag.CONTRIB | P.Flag.RETRANS)))
-                p.sent = now
-                self.stats.packets += 1
-        # RFC 6298 (5.5-5.7): a timeout also backs off the timer of packets sent later,
-        # until a clean round trip is measured. Backing off only the packet that timed out
-        # leaves new packets on the old timer; when the round trip has grown past it (a
-        # queue filling on a slow link) every packet is resent, Karn's rule discards every
-        # sample, and the timer never catches up. Once per timer period, not per packet.
-        if expired and now - self._backoff_at >= self.rto:
-            self.rto = min(self.rto * 2, self.cfg.max_rto)
-            self._backoff_at = now
+    def _resend(self, call: _Call, slots: np.ndarray, now: float, probe: bool) -> None:
+        """Send the packets `slots` wait on again, marked RETRANS."""
+        flags = int(P.Flag.CONTRIB | P.Flag.RETRANS)
+        for s in slots.tolist():
+            self.transport.send(packet.with_flags(call.payloads[s], flags))
+        call.last_seq[slots] = self._next_seq(slots.size)
+        call.sent[slots] = now
+        call.resent[slots] = True
+        call.probed[slots] = probe
+        self.stats.retransmissions += slots.size
+        self.stats.packets += slots.size
+
+    def _resend_overtaken(self, call: _Call, mark: int, now: float) -> None:
+        """Fast recovery: every host sends a call's packets in the same order, and links and
+        switches keep each port's order, so a slot completes only after every slot sent before
+        it. A packet whose latest transmission precedes `mark` and that is still unanswered
+        was therefore lost (its contribution, another host's, or its result): resend it now,
+        not after a timer."""
+        lost = np.flatnonzero(call.pending & (call.last_seq < mark))
+        if lost.size:
+            self._resend(call, lost, now, probe=False)
+            self.stats.fast_retransmissions += lost.size
+
+    def _probe(self, call: _Call, now: float) -> None:
+        """No result for a timer period: resend only the newest packet. Its result, once it
+        comes, settles every older packet (_resend_overtaken); if a host is merely slow, the
+        wait costs one packet per (doubling) period instead of the whole window."""
+        waiting = np.flatnonzero(call.pending)
+        newest = waiting[np.argmax(call.first_seq[waiting])]
+        self._resend(call, np.array([newest]), now, probe=True)
+        self.stats.probes += 1
 
     def _timeout(self, call: _Call) -> SwitchTimeout:
-        waiting = sorted(call.pending)[:5]
+        waiting = np.flatnonzero(call.pending)[:5].tolist()
         return SwitchTimeout(
             f"job {self.cfg.job_id}: no result from the switch for {self.cfg.deadline:.1f}s "
             f"(slots {waiting} waiting, {self.stats.retransmissions} retransmissions): "
             "another host of the job stopped, restarted or is in another session, "
             "or the switch is down")
 
-    def _collect(self, payloads: list[bytes], pending: dict[int, _Pending],
-                 tag: int) -> tuple[list[int], list[int], np.ndarray]:
-        """Slots, fragments and records of the payloads that are the awaited result of a slot
-        (decoded in one batch); those slots leave `pending`. Anything else is ignored."""
-        good = [p for p in payloads if len(p) == P.PAYLOAD_BYTES]
-        self.stats.ignored += len(payloads) - len(good)
-        if not good:
-            return [], [], np.zeros(0, dtype=packet.PAYLOAD_DTYPE)
-        recs = packet.unpack_batch(good, strict=False)
-        ours = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
-                & (recs["tag"] == tag) & (recs["session"] == self.cfg.session))
-        slots, frags, keep = [], [], []
+    def _receive(self, timeout: float) -> tuple[np.ndarray, int]:
+        """Datagrams of the payload size as (n, PAYLOAD_BYTES) rows, and how many others."""
+        recv_rows = getattr(self.transport, "recv_rows", None)
+        if recv_rows is not None:
+            return recv_rows(timeout)
+        return packet.rows_of(self.transport.recv(timeout))
+
+    def _collect(self, rows: np.ndarray, other: int, call: _Call
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The payloads that are the awaited result of a slot, decoded and matched in one
+        batch: (slots, fragments, records, newest), in order of arrival; those slots stop
+        waiting. `newest` is the latest transmission the results prove every host's packets
+        up to were summed (-1 if none). Anything else is counted as ignored."""
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                np.zeros(0, dtype=packet.PAYLOAD_DTYPE), -1)
+        self.stats.ignored += other
+        if not len(rows):
+            return none
+        recs = np.ascontiguousarray(rows).view(packet.PAYLOAD_DTYPE).ravel()
+        slot = recs["slot"].astype(np.int64)
+        ok = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
+              & (recs["tag"] == call.tag) & (recs["session"] == self.cfg.session)
+              & (slot < call.used))
+        cand = np.flatnonzero(ok)
+        s = slot[cand]
+        cand = cand[call.pending[s] & (call.p_frag[s] == recs["frag"][cand])
+                    & (call.p_version[s] == recs["version"][cand])]
+        # A slot's result may arrive twice in one batch (a resend's answer): take the first.
+        _, first = np.unique(slot[cand], return_index=True)
+        keep = cand[np.sort(first)]
+        self.stats.ignored += len(rows) - keep.size
+        if not keep.size:
+            return none
+        slots = slot[keep]
         now = time.monotonic()
-        for i, (ok, s, version, frag) in enumerate(zip(
-                ours.tolist(), recs["slot"].tolist(), recs["version"].tolist(),
-                recs["frag"].tolist(), strict=True)):
-            p = pending.get(s)
-            if not ok or p is None or p.version != version or p.frag != frag:
-                self.stats.ignored += 1
-                continue
-            del pending[s]
-            if not p.resent:  # Karn: a resent packet's round trip is ambiguous
-                self._sample_rtt(now - p.sent)
-            slots.append(s)
-            frags.append(frag)
-            keep.append(i)
-        self.stats.results += len(keep)
-        return slots, frags, recs[keep]
+        clean = ~call.resent[slots]  # Karn: a resent packet's round trip is ambiguous
+        if clean.any():
+            self._sample_rtt(float(np.median(now - call.sent[slots[clean]])))
+        # A probe's answer comes after every older packet's would: its own transmission
+        # counts. Any other answer may be the first transmission's, so only that counts.
+        newest = int(np.max(np.where(call.probed[slots], call.last_seq[slots],
+                                     call.first_seq[slots])))
+        call.pending[slots] = False
+        self.stats.results += keep.size
+        return slots, recs["frag"][keep].astype(np.int64), recs[keep], newest

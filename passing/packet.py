@@ -69,13 +69,21 @@ def payload_rows(batch: np.ndarray) -> np.ndarray:
     return batch.view(np.uint8).reshape(batch.shape[0], P.PAYLOAD_BYTES)
 
 
-_FLAGS_OFFSET = HEADER_DTYPE.fields["flags"][1]
+def rows_of(payloads: list[bytes]) -> tuple[np.ndarray, int]:
+    """The datagrams of the payload size among `payloads` as an (n, PAYLOAD_BYTES) uint8 array,
+    and how many others there were."""
+    good = [p for p in payloads if len(p) == P.PAYLOAD_BYTES]
+    rows = np.frombuffer(b"".join(good), dtype=np.uint8).reshape(-1, P.PAYLOAD_BYTES)
+    return rows, len(payloads) - len(good)
+
+
+FLAGS_OFFSET = HEADER_DTYPE.fields["flags"][1]
 
 
 def with_flags(payload: bytes, flags: int) -> bytes:
     """The same packet with its flags byte replaced (e.g. a resend marked RETRANS)."""
     b = bytearray(payload)
-    b[_FLAGS_OFFSET] = flags
+    b[FLAGS_OFFSET] = flags
     return bytes(b)
 
 

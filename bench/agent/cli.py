@@ -149,7 +149,9 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
 def _stream_counts(stats) -> dict:
     """What this rank's own switch stream sent (zero for strategies without one)."""
     return {"packets": stats.packets if stats else 0,
-            "retransmissions": stats.retransmissions if stats else 0}
+            "retransmissions": stats.retransmissions if stats else 0,
+            "fast_retransmissions": stats.fast_retransmissions if stats else 0,
+            "probes": stats.probes if stats else 0}
 
 
 def _train(allreduce, ranks, args: dict, stats) -> dict:

@@ -16,11 +16,12 @@ from testbed.loopback import LoopbackSwitch, random_tensors
 
 
 def run_hosts(switch: LoopbackSwitch, tensors, calls: int = 1, window: int = 16,
-              session: int | None = None, **cfg):
+              session: int | None = None, wrap=lambda port, transport: transport, **cfg):
+    """Every host's calls in threads; `wrap(port, transport)` may interpose on a host's I/O."""
     hosts = len(tensors)
     session = session or new_session()
     streamers = [SlotStreamer(StreamConfig(switch.job_id, p - 1, window, hosts, session, **cfg),
-                              switch.transport(p)) for p in range(1, hosts + 1)]
+                              wrap(p, switch.transport(p))) for p in range(1, hosts + 1)]
     results = [[None] * calls for _ in range(hosts)]
     errors = []
 

@@ -1,0 +1,112 @@
+"""Many datagrams per system call: Linux's sendmmsg(2) and recvmmsg(2) through ctypes.
+
+Python's socket module sends and receives one datagram per call, and at ~300 bytes a datagram
+the system call and the interpreter around it cost more than the data. Here a batch of
+datagrams of one size is described once, as numpy arrays of `struct mmsghdr` and `struct iovec`
+pointing into one contiguous buffer, and handed to the kernel in one call.
+
+Linux x86-64 and aarch64 layouts (LP64): iovec {void *base; size_t len} = 16 bytes;
+msghdr {void *name; socklen_t namelen; struct iovec *iov; size_t iovlen; void *control;
+size_t controllen; int flags} = 56 bytes; mmsghdr {msghdr hdr; unsigned int len} = 64 bytes.
+`available()` is False elsewhere, and callers fall back to one call per datagram.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import platform
+import socket
+import sys
+
+import numpy as np
+
+IOVEC = np.dtype([("base", "<u8"), ("len", "<u8")])
+MMSGHDR = np.dtype({"names": ["name", "namelen", "iov", "iovlen", "control", "controllen",
+                              "flags", "len"],
+                    "formats": ["<u8", "<u4", "<u8", "<u8", "<u8", "<u8", "<i4", "<u4"],
+                    "offsets": [0, 8, 16, 24, 32, 40, 48, 56], "itemsize": 64})
+MSG_DONTWAIT = 0x40
+MSG_TRUNC = 0x20
+
+_libc = None
+
+
+def available() -> bool:
+    """True on 64-bit Linux with a libc that has both calls."""
+    global _libc
+    if _libc is None:
+        ok = (sys.platform.startswith("linux") and ctypes.sizeof(ctypes.c_void_p) == 8
+              and platform.machine() in ("x86_64", "aarch64"))
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True) \
+            if ok else None
+        ok = ok and hasattr(lib, "sendmmsg") and hasattr(lib, "recvmmsg")
+        if ok:
+            for fn in (lib.sendmmsg, lib.recvmmsg):
+                fn.restype = ctypes.c_int
+            lib.sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+            lib.recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int,
+                                     ctypes.c_void_p]
+        _libc = lib if ok else False
+    return bool(_libc)
+
+
+def _require() -> None:
+    if not available():
+        raise OSError("sendmmsg/recvmmsg: not available on this platform (mmsg.available())")
+
+
+def _headers(buf: np.ndarray, n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """mmsghdr and iovec arrays for n datagrams of `size` bytes laid end to end in buf."""
+    iov = np.zeros(n, dtype=IOVEC)
+    iov["base"] = buf.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(size)
+    iov["len"] = size
+    hdr = np.zeros(n, dtype=MMSGHDR)
+    hdr["iov"] = iov.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(IOVEC.itemsize)
+    hdr["iovlen"] = 1
+    return hdr, iov
+
+
+def send_rows(sock: socket.socket, rows: np.ndarray) -> tuple[int, int]:
+    """Send each row of the C-contiguous uint8 array `rows` as one datagram on the connected
+    socket `sock`. Returns (sent, errno of the call that stopped short, 0 if none): a caller
+    decides what an error means (the transport counts the rest as lost)."""
+    _require()
+    rows = np.ascontiguousarray(rows, dtype=np.uint8)
+    n, size = rows.shape
+    hdr, iov = _headers(rows, n, size)
+    sent = 0
+    while sent < n:
+        k = _libc.sendmmsg(sock.fileno(), hdr.ctypes.data + sent * MMSGHDR.itemsize,
+                           n - sent, 0)
+        if k < 0:
+            return sent, ctypes.get_errno()
+        sent += k
+    del iov  # kept alive until the kernel has read it
+    return sent, 0
+
+
+class Receiver:
+    """recvmmsg into a preallocated buffer of `batch` slots of `slot` bytes each."""
+
+    def __init__(self, batch: int = 256, slot: int = 2048):
+        _require()
+        self.batch, self.slot = batch, slot
+        self.buf = np.zeros((batch, slot), dtype=np.uint8)
+        self.hdr, self._iov = _headers(self.buf, batch, slot)
+
+    def receive(self, sock: socket.socket) -> tuple[np.ndarray, np.ndarray]:
+        """What is waiting on `sock`, without blocking: (buffer rows, their lengths). Datagrams
+        longer than a slot come back with the length the kernel reports and the flag
+        MSG_TRUNC; a caller that only takes datagrams of one exact size never takes them."""
+        k = _libc.recvmmsg(sock.fileno(), self.hdr.ctypes.data, self.batch, MSG_DONTWAIT, None)
+        if k < 0:
+            err = ctypes.get_errno()
+            if err in (errno.EAGAIN, errno.EWOULDBLOCK):
+                return self.buf[:0], np.zeros(0, dtype=np.uint32)
+            raise OSError(err, os.strerror(err))
+        lengths = self.hdr["len"][:k].copy()
+        lengths[(self.hdr["flags"][:k] & MSG_TRUNC) != 0] = 0xFFFFFFFF
+        return self.buf[:k], lengths
