@@ -3,7 +3,8 @@ contribution at once with a result (as a switch with fan-in 1 would).
 
     python -m bench.agent_pps [--size 4M] [--slots 256] [--sink udp|memory]
 
-`memory`: the agent's own cost (fixed point, packing, matching, window) without syscalls.
+`memory`: the agent's own cost (fixed point, packing, matching, window) without syscalls, each
+launch and each batch of results handed over whole.
 `udp`: the same over real UDP on 127.0.0.1, the echo in a process of its own.
 """
 
@@ -48,6 +49,19 @@ class MemorySink:
                 out.append(self.q.get_nowait())
         except queue.Empty:
             return out
+
+    # A batch in, a batch out: what the agent costs when its I/O is batched.
+    def send_rows(self, rows: np.ndarray) -> None:
+        rows = rows.copy()
+        rows[:, packet.FLAGS_OFFSET] = int(P.Flag.RESULT)
+        self.q.put(rows)
+
+    def recv_rows(self, timeout: float) -> tuple[np.ndarray, int]:
+        got = self.recv(timeout)
+        if not got:
+            return np.zeros((0, P.PAYLOAD_BYTES), dtype=np.uint8), 0
+        return np.concatenate([g if isinstance(g, np.ndarray) else
+                               np.frombuffer(g, np.uint8).reshape(1, -1) for g in got]), 0
 
 
 def _echo(port_out, stop, batched: bool) -> None:
@@ -102,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         port, echo, stop = udp_echo(batched)
         transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", port, batched=batched)
     else:
-        transport = MemorySink()
+        transport, batched = MemorySink(), True
     streamer = SlotStreamer(StreamConfig(1, 0, args.slots, 1, new_session(), rto=1.0), transport)
     x = np.random.default_rng(0).standard_normal(args.size).astype(np.float32)
     t0 = time.perf_counter()
