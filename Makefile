@@ -5,13 +5,15 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test lint bench bench-quick bench-bmv2 bench-model run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-other-k lint bench bench-quick bench-bmv2 bench-model run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
-	@echo "make build         compile p4src/ with $(P4C) into $(BUILD)/ (BMv2 JSON + P4Info text)"
+	@echo "make build         compile p4src/ with $(P4C) into $(BUILD)/k<K>/ (BMv2 JSON + P4Info"
+	@echo "                   text); K, values per packet: PASSING_K=64|128|256, see docs/protocol.md"
 	@echo "make update-p4info build, then copy the P4Info to p4src/ (after changing p4src/)"
 	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
+	@echo "make test-other-k  the conformance suite (model, BMv2) at every K but PASSING_K's"
 	@echo "make lint          ruff"
 	@echo "make bench         every strategy (passing, ina, ring, hier-ring, ps) in Mininet:"
 	@echo "                   CSVs in build/bench, plots + results in docs/benchmarks.md (root)"
@@ -26,17 +28,25 @@ help:
 setup:
 	./scripts/setup.sh
 
-# passing.p4build compiles only when a P4 source is newer than the build (as a make rule would);
-# the topology runner calls the same step.
+# passing.p4build compiles only when a P4 source is newer than the build or the build is for
+# another K (as a make rule would); the topology runner calls the same step. Each K (PASSING_K)
+# has its own build directory, $(BUILD)/k<K>.
 build:
-	@$(PY) -m passing.p4build --p4c $(P4C) --out $(BUILD)
+	@$(PY) -m passing.p4build --p4c $(P4C) --root $(BUILD)
 
 # After changing p4src/: keep the committed P4Info (used by the model and the controller) in step.
-update-p4info: build
-	cp $(BUILD)/passing.p4info.txtpb p4src/passing.p4info.txtpb
+update-p4info:
+	@$(PY) -m passing.p4build --p4c $(P4C) --root $(BUILD) --update-p4info
 
 test:
 	$(PY) -m pytest
+
+# K (values per packet) is a compile-time choice, PASSING_K (docs/protocol.md, "Choosing K");
+# `make test` runs one K, and tests/unit/test_wide_k.py the K-sensitive unit tests at the others.
+# This runs the switch-level suite, on both targets, at each other K too.
+OTHER_K = $(shell $(PY) -c 'from passing import protocol as P; print(*(k for k in P.K_CHOICES if k != P.K))')
+test-other-k:
+	@for k in $(OTHER_K); do echo "== PASSING_K=$$k"; PASSING_K=$$k $(PY) -m pytest tests/conformance || exit 1; done
 
 lint:
 	$(PY) -m ruff check .

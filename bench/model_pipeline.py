@@ -1,6 +1,6 @@
 """Packets per second of the software switch model's pipeline on one core, without I/O.
 
-Full aggregation packets (K=64 values) of a fan-in-4 job over a 256-slot pool, versions
+Full aggregation packets (K values, PASSING_K) of a fan-in-4 job over a 256-slot pool, versions
 alternating per round, so every packet is admitted, added into its slot, and every fourth
 completes the slot and is multicast to 4 members (4 frames built). This is the cost the model
 adds per packet; `bench.switch_pps --target model` measures it with raw-socket I/O included.
@@ -53,11 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     dt = time.perf_counter() - t0
     completed = pipe.state.counters["job_stats"][P.JobEvent.COMPLETE_ROOT][0]
     assert completed == rounds * POOL, "every slot of every round must complete"
-    res = {"packets": len(work), "seconds": round(dt, 3), "pps": round(len(work) / dt),
+    res = {"K": P.K, "packets": len(work), "seconds": round(dt, 3),
+           "pps": round(len(work) / dt), "values_per_s": round(len(work) * P.K / dt),
            "frames_out": out, "slots_completed": completed}
     print(json.dumps(res) if args.json else
-          f"model pipeline: {res['pps']} packets/s on one core ({len(work)} packets, "
-          f"{completed} slots completed, {out} frames out)")
+          f"model pipeline, K={P.K}: {res['pps']} packets/s = {res['values_per_s']} values/s "
+          f"on one core ({len(work)} packets, {completed} slots completed, {out} frames out)")
     return 0
 
 

@@ -7,10 +7,12 @@ flooded; it counts the frames that come out in a fixed time. Plain forwarding: e
 sent from port 1 to a MAC on port 3 comes out once. Aggregation: hosts on ports 1 and 2 stream
 contributions of a fan-in-2 job over a pool of slots with alternating versions; each completed
 slot leaves once per member, so frames out = packets processed. Both use frames of
-passing.protocol.FRAME_BYTES (322 bytes).
+passing.protocol.FRAME_BYTES (322 bytes at K=64, 1090 at K=256), so values/s = aggregation
+packets/s x K compares values per packet (PASSING_K) on one target.
 
-    python -m bench.switch_pps --target bmv2     # needs build/ and simple_switch_grpc, root
+    python -m bench.switch_pps --target bmv2     # needs `make build` and simple_switch_grpc, root
     python -m bench.switch_pps --target model
+    PASSING_K=256 python -m bench.switch_pps --target bmv2   # K values per packet
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def run(target: str, seconds: float) -> dict:
         stats = StatsCounters(sw.conn).job(0)
     finally:
         fabric.close()
-    return {"target": target, "frame_bytes": P.FRAME_BYTES, "forwarding": fwd,
+    agg["values_per_s"] = round(agg["pps"] * P.K)
+    return {"target": target, "K": P.K, "frame_bytes": P.FRAME_BYTES, "forwarding": fwd,
             "aggregation": agg, "aggregation_over_forwarding": round(agg["pps"] / fwd["pps"], 3),
             "switch_counters": stats}
 
@@ -123,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     res = run(args.target, args.seconds)
     f, a = res["forwarding"], res["aggregation"]
-    print(f"{args.target}: plain forwarding {f['pps']:.0f} pkt/s (offered {f['offered_pps']:.0f}), "
-          f"aggregation {a['pps']:.0f} pkt/s (offered {a['offered_pps']:.0f}), "
+    print(f"{args.target}, K={P.K} ({P.FRAME_BYTES}-byte frames): plain forwarding "
+          f"{f['pps']:.0f} pkt/s (offered {f['offered_pps']:.0f}), aggregation {a['pps']:.0f} "
+          f"pkt/s (offered {a['offered_pps']:.0f}) = {a['values_per_s']:.0f} values/s, "
           f"ratio {res['aggregation_over_forwarding']:.2f}")
     if args.json_out:
         with open(args.json_out, "w") as fh:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from p4.config.v1 import p4info_pb2
+
 from controller import installer
 from controller.allocator import AllocationError, SlotAllocator, SlotRange, common_window
 from controller.counters import StatsCounters
@@ -23,8 +25,8 @@ from controller.tables.forwarding import ForwardingTables
 from controller.topology import Topology
 from passing import protocol as P
 from passing.contract import HostParams, JobParams
-from passing.p4info import P4InfoIndex, pipeline_signature
-from passing.pipeline_files import BUILD_DIR, pipeline_files
+from passing.p4info import pipeline_signature
+from passing.pipeline_files import BUILD_DIR, BuildMismatch, pipeline_files
 
 FLOOD_GROUP = 1  # multicast group for L2 flooding; job groups start at 2
 DEFAULT_MAX_JOBS = 8
@@ -123,10 +125,17 @@ class Controller:
                     delay *= 2
         raise SwitchUnreachable(f"{last} (tried {self.retries} times)")
 
+    def _pipeline(self) -> tuple[p4info_pb2.P4Info, bytes]:
+        """The P4Info and device config this controller pushes (pipeline_files)."""
+        try:
+            return pipeline_files(self.build_dir)
+        except BuildMismatch as e:
+            raise ControllerError(str(e)) from None
+
     @functools.cached_property
     def _own_signature(self) -> list[tuple]:
         """The pipeline this controller pushes, parsed once rather than per switch and call."""
-        return pipeline_signature(P4InfoIndex.from_file(pipeline_files(self.build_dir)[0]).p4info)
+        return pipeline_signature(self._pipeline()[0])
 
     def pipeline_state(self, name: str) -> str:
         """'ours', 'none' or 'other': what the switch runs."""
@@ -159,7 +168,7 @@ class Controller:
             # them in the replication engine: delete them while they are still known.
             c.write([c.multicast_update(Update.DELETE, g) for g in c.read_multicast_groups()])
         if state != "ours":
-            p4info, config = pipeline_files(self.build_dir)
+            p4info, config = self._pipeline()
             try:
                 c.set_pipeline(p4info, config)
             except SwitchError as e:

@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
@@ -282,13 +283,18 @@ class SwitchConnection(SwitchWriter):
         self.close()
 
     # -- pipeline ---------------------------------------------------------------------------
-    def set_pipeline(self, p4info_path: str | Path, device_config: bytes = b"") -> None:
-        """Push a P4Info and the target's device config (BMv2 JSON) with VERIFY_AND_COMMIT."""
+    def set_pipeline(self, p4info: p4info_pb2.P4Info | str | Path,
+                     device_config: bytes = b"") -> None:
+        """Push a P4Info (or the P4Info text file at a path) and the target's device config
+        (BMv2 JSON) with VERIFY_AND_COMMIT."""
         req = p4runtime_pb2.SetForwardingPipelineConfigRequest()
         req.device_id = self.device_id
         req.election_id.high, req.election_id.low = self.election_id
         req.action = req.VERIFY_AND_COMMIT
-        text_format.Merge(Path(p4info_path).read_text(), req.config.p4info)
+        if isinstance(p4info, p4info_pb2.P4Info):
+            req.config.p4info.CopyFrom(p4info)
+        else:
+            text_format.Merge(Path(p4info).read_text(), req.config.p4info)
         req.config.p4_device_config = device_config
         try:
             self._client.stub.SetForwardingPipelineConfig(req)

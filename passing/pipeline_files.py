@@ -7,10 +7,15 @@ topology files are the package data of `topologies`. Both are found through impo
 in a wheel they are inside site-packages, in a checkout installed with `pip install -e .`
 (scripts/setup.sh) the editable install maps the packages onto the checkout's directories.
 
-The P4Info is committed (p4src/passing.p4info.txtpb, a test checks it equals what p4c produces),
-so that the software switch model and the controller have the pipeline's names and ids where p4c
-is absent. `passing.p4build` (`make build`) compiles the program into BUILD_DIR:
-passing.json for BMv2 and passing.p4info.txtpb.
+A checkout whose `passing` package is imported straight from it (PYTHONPATH=<checkout>, or run
+from its root) uses its own p4src/ and build/, even when the environment has another checkout
+installed in editable mode: P4 sources and Python code then always come from one tree.
+
+The P4Info is committed (p4src/passing.p4info.txtpb, compiled at protocol.DEFAULT_K; a test
+checks it equals what p4c produces), so that the software switch model and the controller have
+the pipeline's names and ids where p4c is absent. `passing.p4build` (`make build`) compiles the
+program for this process's K (protocol.K, from PASSING_K) into BUILD_DIR = BUILD_ROOT/k<K>:
+passing.json for BMv2, passing.p4info.txtpb, and passing.k recording the K it was built for.
 """
 
 from __future__ import annotations
@@ -21,7 +26,17 @@ from importlib import metadata, resources
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from p4.config.v1 import p4info_pb2
+
+from passing import protocol as P
+from passing.p4info import committed_p4info, load_p4info
+
 DIST = "passing"
+K_STAMP = "passing.k"  # next to a build's outputs: the K it was compiled with
+
+
+class BuildMismatch(RuntimeError):
+    """A build directory holds a pipeline compiled for another K than this process runs."""
 
 
 def _package_dir(package: str) -> Path:
@@ -52,6 +67,15 @@ def source_checkout() -> Path | None:
     return Path(unquote(url.path))
 
 
+def _running_checkout() -> Path | None:
+    """The checkout the imported `passing` package lies in, if it is imported from one (not
+    from site-packages): its p4src/ sits next to it."""
+    root = Path(__file__).resolve().parents[1]
+    if (root / "p4src" / "passing.p4").is_file() and (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
 def _default_build_dir(checkout: Path | None) -> Path:
     # A checkout builds into its build/ (where `make build` writes); an installed wheel into the
     # user's cache, since site-packages may be read-only and is replaced on upgrade.
@@ -61,12 +85,15 @@ def _default_build_dir(checkout: Path | None) -> Path:
     return Path(cache) / "passing" / "build"
 
 
-P4SRC = _package_dir("passing.p4src")
+_RUNNING = _running_checkout()
+P4SRC = _RUNNING / "p4src" if _RUNNING else _package_dir("passing.p4src")
 P4_MAIN = P4SRC / "passing.p4"
 COMMITTED_P4INFO = P4SRC / "passing.p4info.txtpb"
-TOPOLOGIES = _package_dir("topologies")
-CHECKOUT = source_checkout()
-BUILD_DIR = _default_build_dir(CHECKOUT)
+TOPOLOGIES = _RUNNING / "topologies" if _RUNNING else _package_dir("topologies")
+CHECKOUT = _RUNNING or source_checkout()
+BUILD_ROOT = _default_build_dir(CHECKOUT)
+# One build per K, side by side: changing PASSING_K never reuses (or overwrites) another K's.
+BUILD_DIR = BUILD_ROOT / f"k{P.K}"
 
 
 def p4_sources() -> list[Path]:
@@ -83,10 +110,28 @@ def topology_file(name: str) -> Path:
     return path
 
 
-def pipeline_files(build_dir: Path = BUILD_DIR) -> tuple[Path, bytes]:
-    """(P4Info path, device config bytes) to push to a switch: the build if there is one, else
-    the committed P4Info with no device config (enough for the model; BMv2 refuses it)."""
+def built_k(build_dir: Path) -> int | None:
+    """The K the build in `build_dir` was compiled with; None without a readable record."""
+    try:
+        return int((Path(build_dir) / K_STAMP).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pipeline_files(build_dir: Path = BUILD_DIR) -> tuple[p4info_pb2.P4Info, bytes]:
+    """(P4Info, device config bytes) to push to a switch: the build if there is one, else the
+    committed P4Info (sized for this K) with no device config (enough for the model; BMv2
+    refuses it). A build for another K than this process's raises BuildMismatch: its switches
+    would drop every packet of this K as malformed."""
+    build_dir = Path(build_dir)
     p4info, json_file = build_dir / "passing.p4info.txtpb", build_dir / "passing.json"
     if p4info.exists() and json_file.exists():
-        return p4info, json_file.read_bytes()
-    return COMMITTED_P4INFO, b""
+        k = built_k(build_dir)
+        if k != P.K:
+            other = f" or set {P.K_ENV}={k}" if k else ""
+            raise BuildMismatch(
+                f"{build_dir} holds a pipeline built for K={k or 'unknown'}, but "
+                f"{P.K_ENV} gives K={P.K}: build it for this K (`make build` or "
+                f"`python -m passing.p4build --out {build_dir}`){other}")
+        return load_p4info(p4info), json_file.read_bytes()
+    return committed_p4info(), b""

@@ -3,22 +3,59 @@
 Everything else derives from this file: the numpy packer (`passing.packet`), the scapy layer
 (`testbed.scapy_layer`), and a test that parses `p4src/include/*.p4` and fails if the P4 program
 disagrees with anything here. `docs/protocol.md` documents the same fields in prose.
+
+K, the values per packet, is the one number chosen per deployment: from the environment variable
+PASSING_K (64, 128 or 256), read here at import; the P4 build is compiled with the same K
+(`passing.p4build`), and an unsupported K stops any import of this module with KError.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
 
 # UDP destination port that marks aggregation traffic (0xBEEF). Results leave the switch with this
 # as their source port.
 PASSING_UDP_PORT = 48879
 
-# Values per packet. With lane-parallel (SWAR) addition the switch sums all K lanes in one 2048-bit
-# register operation, so BMv2's per-packet cost does not grow with K up to 2048 / 32 = 64 lanes;
-# K=64 therefore halves the header overhead of K=32 at the same switch cost.
-K = 64
+# Values per packet, K, is chosen at compile time: this module reads it from the environment
+# variable PASSING_K (default DEFAULT_K), and passing.p4build compiles the P4 program with
+# -DPASSING_K=<this K>, so the switch, the model and the agents of one environment agree. Each
+# 32-bit value is one lane of a 2048-bit register word (WORD_BITS, the widest register p4c
+# accepts); the switch adds the 64 lanes of a word in one lane-parallel (SWAR) operation, so a
+# packet costs VALUE_WORDS register reads, adds and writes. K is a multiple of 64 so that words
+# are full; 256 (a 1090-byte frame) is the largest whose frame fits a 1500-byte MTU: 512 would
+# need 2114 bytes.
+K_ENV = "PASSING_K"
+K_CHOICES = (64, 128, 256)
+DEFAULT_K = 256
 VALUE_BITS = 32
+WORD_BITS = 2048
+LANES_PER_WORD = WORD_BITS // VALUE_BITS
+
+
+class KError(ValueError):
+    """PASSING_K names a K the P4 program cannot be built with."""
+
+
+def k_from(text: str | None) -> int:
+    """K as PASSING_K gives it (None or empty: DEFAULT_K); KError unless one of K_CHOICES."""
+    if text is None or not text.strip():
+        return DEFAULT_K
+    try:
+        k = int(text.strip())
+    except ValueError:
+        k = None
+    if k not in K_CHOICES:
+        raise KError(f"{K_ENV}={text!r}: K (values per packet) must be one of "
+                     f"{', '.join(map(str, K_CHOICES))}, a whole number of 64-lane register "
+                     "words with a frame under the 1500-byte MTU")
+    return k
+
+
+K = k_from(os.environ.get(K_ENV))
+VALUE_WORDS = K // LANES_PER_WORD  # 2048-bit register words per slot and version
 VALUES_BYTES = K * VALUE_BITS // 8
 
 # Fan-in at one switch is bounded by the 32-bit contributor bitmap kept per slot and version.

@@ -111,27 +111,39 @@ class SlotStore:
         # slot_state word: gen(32) ++ session(64) ++ v1(72) ++ v0(72); each version word:
         # rdy(8) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(32). Kept as ints, as in the P4.
         self.state = [0] * capacity
+        # slot_values as one row of K lanes per slot and version (index 2*slot+version): the
+        # P4's VALUE_WORDS register words at (2*slot+version)*VALUE_WORDS + w, concatenated
+        # (passing.lanes). read() and dump() give the P4's words.
         self.values = [0] * (2 * capacity)
 
     def reset(self) -> None:
         self.state = [0] * self.capacity
         self.values = [0] * (2 * self.capacity)
 
-    def _cells(self, register: str) -> list[int]:
-        regs = {"slot_state": self.state, "slot_values": self.values}
-        if register not in regs:
+    def _check(self, register: str) -> None:
+        if register not in ("slot_state", "slot_values"):
             raise KeyError(f"no register {register}")
-        return regs[register]
+
+    def size(self, register: str) -> int:
+        """Cells of `register`, as the P4 program declares it."""
+        self._check(register)
+        return self.capacity if register == "slot_state" else \
+            2 * self.capacity * P.VALUE_WORDS
 
     def dump(self, register: str) -> list[int]:
-        """Every cell of `register`, in index order."""
-        return list(self._cells(register))
+        """Every cell of `register`, in the P4 program's index order."""
+        self._check(register)
+        if register == "slot_state":
+            return list(self.state)
+        return [w for row in self.values for w in lanes.row_words(row)]
 
     def read(self, register: str, index: int) -> int:
-        cells = self._cells(register)
-        if not 0 <= index < len(cells):
-            raise IndexError(f"{register}[{index}] out of range (size {len(cells)})")
-        return cells[index]
+        if not 0 <= index < self.size(register):
+            raise IndexError(f"{register}[{index}] out of range (size {self.size(register)})")
+        if register == "slot_state":
+            return self.state[index]
+        row, word = divmod(index, P.VALUE_WORDS)
+        return lanes.row_words(self.values[row])[word]
 
 
 class Pipeline:
@@ -277,14 +289,15 @@ class Pipeline:
         if not egress:
             return event, []
         return event, self._peer_rewrite(frame, egress, _leaving_header(h, event, mine),
-                                         lanes.word_to_bytes(vals))
+                                         lanes.row_to_bytes(vals))
 
     def _merge_values(self, vidx: int, frame: bytes, overwrite: bool, is_new: bool) -> int:
-        """slot_values[vidx] after the packet, written back: its values (the spine's result, or
-        a round's first contribution), the lane-wise sum with them (a later contribution), or
-        unchanged."""
+        """The slot's values (row `vidx`: its VALUE_WORDS register words) after the packet,
+        written back: its values (the spine's result, or a round's first contribution), the
+        lane-wise sum with them (a later contribution), or unchanged. The P4 program does this
+        word by word; adding the whole row is the same (passing.lanes)."""
         values = self.slots.values
-        pkt = lanes.word_from_bytes(frame[VALUES_OFF:PASSING_END])
+        pkt = lanes.row_from_bytes(frame[VALUES_OFF:PASSING_END])
         acc = values[vidx]
         vals = pkt if overwrite else lanes.swar_add(acc, pkt) if is_new else acc
         values[vidx] = vals

@@ -263,8 +263,10 @@ class Fabric:
     @property
     def registers_readable(self) -> bool:
         """BMv2's Thrift register_read returns 64-bit values, and the pipeline's registers are
-        176 and 2048 bits wide: on BMv2 the tests check register contents through behaviour
-        (a slot completes with exactly the expected sum and count), on the model directly."""
+        240 and 2048 bits wide: on BMv2 the tests check register contents through behaviour
+        (a slot completes with exactly the expected sum and count), on the model directly.
+        Either way a cell is one register word: slot_values holds protocol.VALUE_WORDS of them
+        per slot and version, at (2*slot+version)*VALUE_WORDS + w."""
         return self.target == "model"
 
     def register_read(self, switch: str, register: str, index: int) -> int:

@@ -25,7 +25,10 @@ def _field(f: P.Field):
 class Passing(Packet):
     name = "PASSING"
     fields_desc = [_field(f) for f in P.HEADER_FIELDS] + [
-        FieldListField("values", [0] * P.K, SignedIntField("v", 0), count_from=lambda _: P.K),
+        # max_count: scapy refuses lists longer than conf.max_list_count (100) unless told, and
+        # K may be 128 or 256.
+        FieldListField("values", [0] * P.K, SignedIntField("v", 0), count_from=lambda _: P.K,
+                       max_count=P.K),
     ]
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:

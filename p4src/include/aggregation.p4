@@ -11,35 +11,50 @@
  *     [31:0] contributor bitmap  [39:32] count  [47:40] max exp  [63:48] sum of num_contrib
  *     [71:64] rdy: the slot holds the final result (at a root as soon as it completes; at a
  *             non-root once the result came back from the spine)
- * Values per slot and version (register slot_values, index 2*slot+version): the K lanes of the
- * running sum packed in one 2048-bit word, added lane-parallel (SWAR): the low 31 bits of each
- * lane are added with the top bits masked off, so a carry can never leave its lane, and the top
- * bits are then restored by XOR. That gives exact 32-bit wrap-around sums per lane.
+ * Values per slot and version (register slot_values): the K lanes of the running sum in
+ * VALUE_WORDS 2048-bit words of 64 lanes, word w of version v of slot s at index
+ * (2*s+v)*VALUE_WORDS + w (word 0 holds values 0..63, as hdr.values.w0). Each word is added
+ * lane-parallel (SWAR): the low 31 bits of each lane are added with the top bits masked off, so a
+ * carry can never leave its lane, and the top bits are then restored by XOR. That gives exact
+ * 32-bit wrap-around sums per lane.
  *
  * BMv2 pays per action, table and primitive, not per bit, so this control is straight-line code:
- * both registers are read and written once per packet (a write of an unchanged value where the
- * packet changes nothing), and every decision is an expression. The packet's fate is one event
- * (EVT_* in config.p4), which the ingress counts and which sets where the packet goes.
+ * slot_state is read and written once per packet, and each of the slot's value words once (a
+ * write of an unchanged value where the packet changes nothing), and every decision is an
+ * expression. The words are spelled out one by one (MERGE_WORD below): P4 has no loops in
+ * actions, and one action of straight-line code is what BMv2 runs fastest. The packet's fate is
+ * one event (EVT_* in config.p4), which the ingress counts and which sets where the packet goes.
  */
 #ifndef _PASSING_AGGREGATION_P4_
 #define _PASSING_AGGREGATION_P4_
 
 #include "headers.p4"
 
+/* One register word plus another, lane by lane (see above). */
+#define SWAR_ADD(a, b) ((((a) & LANE_LOW) + ((b) & LANE_LOW)) ^ (((a) ^ (b)) & LANE_MSB))
+
+/* Word W of the slot's values: read, overwritten by / added to / left as it is against the
+ * packet's word W, written back, and put into the packet that leaves. */
+#define MERGE_WORD(W)                                                                  \
+        bit<WORD_BITS> acc##W;                                                         \
+        slot_values.read(acc##W, vbase + W);                                           \
+        bit<WORD_BITS> vals##W = overwrite ? hdr.values.w##W :                         \
+                                 (is_new ? SWAR_ADD(acc##W, hdr.values.w##W) : acc##W); \
+        slot_values.write(vbase + W, vals##W);                                         \
+        hdr.values.w##W = vals##W;
+
 control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t sm,
                     out bit<8> event) {
     @name(".slot_state") register<bit<240>>(SLOT_CAPACITY) slot_state;
-    @name(".slot_values") register<bit<VALUES_BITS>>(SLOT_CAPACITY * 2) slot_values;
+    @name(".slot_values") register<bit<WORD_BITS>>(SLOT_CAPACITY * 2 * VALUE_WORDS) slot_values;
 
     /* One action: inside an action p4c keeps ?: as an expression for BMv2, where in an apply
      * block it would turn each one into branches, tables and actions. */
     action aggregate() {
         bit<32> idx = meta.job.pool_base + (bit<32>)hdr.passing.slot;
-        bit<32> vidx = (idx << 1) + (bit<32>)hdr.passing.version;
+        bit<32> vbase = ((idx << 1) + (bit<32>)hdr.passing.version) * VALUE_WORDS;
         bit<240> st;
         slot_state.read(st, idx);
-        bit<VALUES_BITS> acc;
-        slot_values.read(acc, vidx);
 
         /* This version's word and the other one; all zero if written by another generation
          * or another session. */
@@ -68,12 +83,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         /* Values: the spine's result, or the first contribution, overwrite; later
          * contributions add; anything else leaves the slot as it is. */
         bool overwrite = stored || (is_new && first);
-        bit<VALUES_BITS> vals =
-            overwrite ? hdr.values.data :
-            (is_new ? ((acc & LANE_LOW) + (hdr.values.data & LANE_LOW)) ^
-                      ((acc ^ hdr.values.data) & LANE_MSB) :
-             acc);
-        slot_values.write(vidx, vals);
+        MERGE_WORD(0)
+#if VALUE_WORDS > 1
+        MERGE_WORD(1)
+#endif
+#if VALUE_WORDS > 2
+        MERGE_WORD(2)
+        MERGE_WORD(3)
+#endif
 
         bit<8> ex = overwrite ? hdr.passing.exp :
                     ((is_new && hdr.passing.exp > cur[47:40]) ? hdr.passing.exp : cur[47:40]);
@@ -94,7 +111,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
 
         /* What leaves, and where. Dropped events leave nothing. */
         bool up = event == EVT_COMPLETE_UP || event == EVT_RESEND_UP;
-        hdr.values.data = vals;
         hdr.passing.exp = ex;
         hdr.passing.num_contrib = ns;
         hdr.passing.flags = (event == EVT_COMPLETE_UP) ? FLAG_CONTRIB :

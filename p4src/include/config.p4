@@ -3,10 +3,26 @@
 #ifndef _PASSING_CONFIG_P4_
 #define _PASSING_CONFIG_P4_
 
-/* Values per packet. 64 lanes x 32 bits fill one 2048-bit word, the widest register p4c accepts,
- * so one register read, one add and one write handle the whole packet (see aggregation.p4). */
-#define PASSING_K 64
-#define VALUES_BITS 2048
+/* Values per packet, K, chosen at compile time: passing.p4build passes -DPASSING_K=<K> with
+ * passing.protocol.K (environment variable PASSING_K), so the program and the Python side are
+ * built from one number. This default serves a bare p4c run and equals protocol.DEFAULT_K. */
+#ifndef PASSING_K
+#define PASSING_K 256
+#endif
+
+/* 64 lanes x 32 bits fill one 2048-bit word, the widest register p4c accepts; a slot's K values
+ * are VALUE_WORDS such words, each read, added and written with one primitive per packet (see
+ * aggregation.p4). Only whole words: K is a multiple of 64, and at most 256 (a 1090-byte frame). */
+#define WORD_BITS 2048
+#if PASSING_K == 64
+#define VALUE_WORDS 1
+#elif PASSING_K == 128
+#define VALUE_WORDS 2
+#elif PASSING_K == 256
+#define VALUE_WORDS 4
+#else
+#error "PASSING_K must be 64, 128 or 256"
+#endif
 
 /* Slots per switch (each slot has two versions) and rows of per-job counters. */
 #define SLOT_CAPACITY 4096
@@ -69,11 +85,12 @@ const bit<9> DROP_PORT = 511;  /* v1model BMv2: egress_spec 511 drops */
 const bit<1> ROLE_NON_ROOT = 0;
 const bit<1> ROLE_ROOT     = 1;
 
-/* The top bit of every 32-bit lane, for lane-parallel addition without carries between lanes. */
+/* The top bit of every 32-bit lane of a register word, for lane-parallel addition without carries
+ * between lanes. */
 const bit<128>  MSB_128  = 128w0x80000000800000008000000080000000;
 const bit<512>  MSB_512  = MSB_128 ++ MSB_128 ++ MSB_128 ++ MSB_128;
 const bit<2048> MSB_2048 = MSB_512 ++ MSB_512 ++ MSB_512 ++ MSB_512;
-const bit<VALUES_BITS> LANE_MSB = (bit<VALUES_BITS>)MSB_2048;
-const bit<VALUES_BITS> LANE_LOW = ~LANE_MSB;
+const bit<WORD_BITS> LANE_MSB = MSB_2048;
+const bit<WORD_BITS> LANE_LOW = ~LANE_MSB;
 
 #endif

@@ -49,10 +49,18 @@ header passing_t {
     bit<64> session;
 }
 
-/* K 32-bit two's complement values, value 0 in the most significant bits (first on the wire).
- * Kept as one field so the aggregation adds all lanes in one operation. */
+/* K 32-bit two's complement values, value 0 in the most significant bits of w0 (first on the
+ * wire), values 64..127 in w1 and so on: one field per 2048-bit register word, so the aggregation
+ * adds each word's 64 lanes in one operation. */
 header values_t {
-    bit<VALUES_BITS> data;
+    bit<WORD_BITS> w0;
+#if VALUE_WORDS > 1
+    bit<WORD_BITS> w1;
+#endif
+#if VALUE_WORDS > 2
+    bit<WORD_BITS> w2;
+    bit<WORD_BITS> w3;
+#endif
 }
 
 struct headers_t {

@@ -9,13 +9,15 @@ from passing import protocol as P
 
 FAST = Rates(switch_agg_pps=1e9, switch_fwd_pps=1e9, agent_pps=1e9)
 MIB = 1 << 20
+BLOCKS = MIB // 4 // P.K  # value packets of 1 MiB of float32 (4096 at K=64)
 
 
 def test_passing_link_time_is_its_packets_on_the_wire():
-    # 1 MiB = 4096 blocks of 64 values, plus 64 exponent packets (one per slot of the window).
+    # 1 MiB = BLOCKS blocks of K values, plus 64 exponent packets (one per slot of the window).
     p = predict("passing", FabricModel((4,), 2, 10e6), MIB, FAST, window=64)
-    assert p.host_link_bytes == (4096 + 64) * P.FRAME_BYTES
-    assert p.seconds == pytest.approx(P.FRAME_BYTES * 4160 * 8 / 10e6) and p.bound == "link"
+    assert p.host_link_bytes == (BLOCKS + 64) * P.FRAME_BYTES
+    assert p.seconds == pytest.approx(P.FRAME_BYTES * (BLOCKS + 64) * 8 / 10e6)
+    assert p.bound == "link"
 
 
 def test_ina_sends_one_stream_per_gpu():
@@ -38,9 +40,10 @@ def test_ring_carries_2_p_minus_1_over_p_and_ps_the_other_ranks():
 def test_a_slow_switch_is_the_bound_and_the_spine_sees_one_stream_per_rack():
     slow = Rates(switch_agg_pps=1000, switch_fwd_pps=1e9, agent_pps=1e9, cores=64)
     p = predict("passing", FabricModel((2, 2), 2, 1e9, 1e9), MIB, slow)
-    # A ToR: 2 hosts' streams plus the spine's results = 3 streams of 4160 packets.
-    assert p.bound == "switch" and p.switch_s == pytest.approx(3 * 4160 / 1000)
-    assert p.switch_packets == 2 * 3 * 4160 + 2 * 4160
+    # A ToR: 2 hosts' streams plus the spine's results = 3 streams of BLOCKS + 64 packets.
+    stream = BLOCKS + 64
+    assert p.bound == "switch" and p.switch_s == pytest.approx(3 * stream / 1000)
+    assert p.switch_packets == 2 * 3 * stream + 2 * stream
 
 
 def test_one_host_needs_no_link_for_tcp_and_unknown_strategies_are_refused():

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from bench.agent import STRATEGIES
+from passing import protocol as P
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
 
@@ -36,7 +37,7 @@ def test_quick_sweep_checks_every_strategy_and_writes_the_report(tmp_path):
             assert float(by[s, size]["predicted_s"]) > 0
         # The P4 counters saw every stream's value packets: one per host with PASSING, one
         # per GPU (2 per host, 4 hosts) with ina. (Resends only add to these.)
-        blocks = size // 256
+        blocks = size // P.VALUES_BYTES
         assert int(by["passing", size]["agg_packets"]) >= 4 * blocks
         assert int(by["ina", size]["agg_packets"]) >= 8 * blocks
     with (out / "training.csv").open() as fh:

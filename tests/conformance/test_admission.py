@@ -20,10 +20,12 @@ def slot_registers(star, job_slots):
     dict, and the finish_slot0 check proves through behaviour that nothing changed."""
     if not star.registers_readable:
         return {}
+    # slot_values: VALUE_WORDS words per slot and version, at (2*slot+version)*VALUE_WORDS + w.
+    words = [(2 * i + v) * P.VALUE_WORDS + w
+             for i in job_slots for v in (0, 1) for w in range(P.VALUE_WORDS)]
     return {(name, i): star.register_read("s1", name, i)
             for i in job_slots for name in ("slot_state",)} | {
-        ("slot_values", 2 * i + v): star.register_read("s1", "slot_values", 2 * i + v)
-        for i in job_slots for v in (0, 1)}
+        ("slot_values", x): star.register_read("s1", "slot_values", x) for x in words}
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from controller.tables.job_admission import JobAdmissionTables, JobConfig
 from controller.topology import load
 from passing import packet
 from passing import protocol as P
+from passing.pipeline_files import K_STAMP
 from testbed.scapy_layer import Passing  # noqa: F401  (decodes results)
 from tests import REPO
 
@@ -175,6 +176,26 @@ def test_unreachable_switch_is_a_clear_error(tmp_path):
         with pytest.raises(ControllerError, match=r"no P4Runtime server at 127.0.0.1:1.*tried 2"):
             ctl.create_job(JobSpec(1, ("h1",), window=2))
         assert ctl.store.get_job(1) is None
+    finally:
+        ctl.close()
+
+
+def test_a_build_for_another_k_is_refused_with_how_to_fix_it(tmp_path):
+    """A controller whose build directory holds a pipeline of another K (PASSING_K) would push
+    one that drops every packet of this K as malformed: it refuses, saying why."""
+    other = next(k for k in P.K_CHOICES if k != P.K)
+    build = tmp_path / "build"
+    build.mkdir()
+    for name in ("passing.json", "passing.p4info.txtpb"):
+        (build / name).write_text("")
+    (build / K_STAMP).write_text(f"{other}\n")
+    topo = load(REPO / "topologies" / "star.json")
+    ctl = Controller(topo, {"s1": Endpoint("s1", "127.0.0.1:1", 0)}, tmp_path / "s.sqlite",
+                     build_dir=build)
+    try:
+        with pytest.raises(ControllerError, match=f"built for K={other}, but PASSING_K gives "
+                                                  f"K={P.K}: build it for this K"):
+            ctl._pipeline()
     finally:
         ctl.close()
 

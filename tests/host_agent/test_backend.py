@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from passing import protocol as P
 from testbed.loopback import UdpLoopbackSwitch
 from tests import REPO
 
@@ -156,14 +157,14 @@ def test_collectives_through_the_switch_and_delegated(launch, switch, tmp_path):
         if rank < 2:
             assert res["subgroup_sum"] == [3.0, 3.0, 3.0]
     # Each SUM/AVG call went through the switch: its host's leader sent at least one packet
-    # per 64 values for it; nothing delegated did; the other local ranks send nothing.
+    # per K values for it; nothing delegated did; the other local ranks send nothing.
     for rank in (0, 2):
         for dtype in TOLERANCE:
             for op in ("SUM", "AVG"):
-                assert results[rank][f"packets_{op}_{dtype}"] >= -(-1000 // 64), (rank, dtype)
+                assert results[rank][f"packets_{op}_{dtype}"] >= -(-1000 // P.K), (rank, dtype)
         assert results[rank]["delegated_packets"] == 0
     assert all(v is None for k, v in results[1].items() if k.startswith("packets_"))
-    assert switch.delivered >= 2 * 6 * -(-1000 // 64)
+    assert switch.delivered >= 2 * 6 * -(-1000 // P.K)
 
 
 def test_ddp_on_passing_equals_ddp_on_gloo(launch, tmp_path):

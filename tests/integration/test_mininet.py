@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from controller.topology import load
+from passing import protocol as P
 from tests import REPO
 from topologies import link_loss, training
 from topologies import network as network_module
@@ -151,7 +152,7 @@ def test_baseline_strategies_return_the_correct_sum(network, strategy):
         # Every GPU rank was its own contributor: each ToR summed 4 streams (2 hosts x 2).
         for tor in ("tor1", "tor2"):
             stats = pnet.ctl.stats(1001)[tor]
-            assert stats["job_contributions"] >= 4 * (4096 // 64), stats
+            assert stats["job_contributions"] >= 4 * (4096 // P.K), stats
 
 
 def _link_exists(name: str) -> bool:

@@ -1,14 +1,24 @@
 """p4src/, docs/protocol.md and passing/protocol.py describe one protocol. These tests read the P4
-sources and the doc as text, so they run without p4c and catch drift the day it happens."""
+sources and the doc as text, so they run without p4c and catch drift the day it happens.
+
+What depends on K is checked on the P4 program as the C preprocessor (what p4c runs first)
+makes it for this process's K (PASSING_K); tests/unit/test_wide_k.py runs this module again at
+every other K."""
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from passing import lanes, packet
 from passing import protocol as P
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "p4src" / "include"
+CPP = shutil.which("cpp")
+needs_cpp = pytest.mark.skipif(CPP is None, reason="no C preprocessor (cpp), which p4c needs too")
 
 
 def p4_text(name: str) -> str:
@@ -31,6 +41,20 @@ def p4_define(name: str) -> int:
     return int(m.group(1))
 
 
+def preprocessed(name: str, k: int = P.K, *flags: str) -> str:
+    """include/`name` as p4c's preprocessor gives it for `k`: macros expanded, #if resolved,
+    comments gone."""
+    res = subprocess.run([CPP, "-P", "-undef", f"-DPASSING_K={k}", *flags, str(INCLUDE / name)],
+                         capture_output=True, text=True, check=True)
+    return res.stdout
+
+
+def arith(expr: str) -> int:
+    """A constant expression of the preprocessed P4 (digits, + and *, brackets)."""
+    assert re.fullmatch(r"[\d\s+*()]+", expr), expr
+    return eval(expr)  # noqa: S307 - digits and operators only, checked above
+
+
 def p4_const(name: str) -> int:
     pattern = r"const\s+bit<\d+>\s+" + name + r"\s*=\s*([0-9a-fA-Fx]+)\s*;"
     m = re.search(pattern, p4_text("config.p4"))
@@ -44,10 +68,46 @@ def test_passing_header_fields_match():
     assert sum(b for _, b in python_fields) == 8 * P.HEADER_BYTES == 192
 
 
-def test_values_width_and_k_match():
-    assert p4_define("PASSING_K") == P.K
-    assert p4_define("VALUES_BITS") == P.K * P.VALUE_BITS <= 2048
-    assert re.search(r"header\s+values_t\s*\{\s*bit<VALUES_BITS>\s+data\s*;", p4_text("headers.p4"))
+def test_k_default_and_choices_match():
+    """A bare p4c run builds the default K, and the program accepts exactly Python's choices,
+    each as K/64 register words."""
+    cfg = p4_text("config.p4")
+    assert re.search(r"#ifndef\s+PASSING_K\s+#define\s+PASSING_K\s+(\d+)\s+#endif", cfg) \
+        .group(1) == str(P.DEFAULT_K)
+    table = re.findall(r"#(?:el)?if\s+PASSING_K\s*==\s*(\d+)\s+#define\s+VALUE_WORDS\s+(\d+)", cfg)
+    assert {int(k): int(w) for k, w in table} == {k: k // P.LANES_PER_WORD for k in P.K_CHOICES}
+    assert re.search(r"#else\s+#error", cfg)
+    assert p4_define("WORD_BITS") == P.WORD_BITS == P.LANES_PER_WORD * P.VALUE_BITS == 2048
+
+
+@needs_cpp
+def test_values_header_is_k_values_in_words():
+    macros = preprocessed("config.p4", P.K, "-dM")
+    assert re.search(r"#define VALUE_WORDS (\d+)", macros).group(1) == str(P.VALUE_WORDS)
+    body = re.search(r"header\s+values_t\s*\{(.*?)\}", preprocessed("headers.p4"), re.S)
+    fields = [(n, int(b)) for b, n in re.findall(r"bit<(\d+)>\s+(\w+)\s*;", body.group(1))]
+    assert fields == [(f"w{w}", P.WORD_BITS) for w in range(P.VALUE_WORDS)]
+    assert sum(b for _, b in fields) == 8 * P.VALUES_BYTES
+
+
+@needs_cpp
+def test_every_word_is_stored_added_and_sent():
+    """slot_values holds VALUE_WORDS words per slot and version; the action reads, adds, writes
+    and sends each word of the packet, with the same SWAR expression."""
+    agg = preprocessed("aggregation.p4")
+    size = re.search(r"register<bit<(\d+)>>\(([^)]*)\)\s*slot_values\s*;", agg)
+    assert int(size.group(1)) == P.WORD_BITS
+    assert arith(size.group(2)) == 2 * P.SLOT_CAPACITY * P.VALUE_WORDS
+    assert re.search(r"vbase = \(\(idx << 1\) \+ \(bit<32>\)hdr\.passing\.version\) \* "
+                     + str(P.VALUE_WORDS) + ";", agg)
+    assert sorted(re.findall(r"slot_values\.read\(acc(\d+), vbase \+ (\d+)\)", agg)) == \
+        sorted(re.findall(r"slot_values\.write\(vbase \+ (\d+), vals(\d+)\)", agg)) == \
+        [(str(w), str(w)) for w in range(P.VALUE_WORDS)]
+    for w in range(P.VALUE_WORDS):
+        swar = (f"(((acc{w}) & LANE_LOW) + ((hdr.values.w{w}) & LANE_LOW)) ^ "
+                f"(((acc{w}) ^ (hdr.values.w{w})) & LANE_MSB)")
+        assert swar in agg, w
+        assert f"hdr.values.w{w} = vals{w};" in agg
 
 
 def test_capacities_and_port_match():
@@ -81,6 +141,16 @@ def test_lengths_checked_by_p4_match_packer():
     assert f"PASSING_HDR_BYTES = {P.HEADER_BYTES}" in cfg
 
 
+@needs_cpp
+def test_lengths_at_this_k_match_the_frame():
+    cfg = preprocessed("config.p4")
+    udp = re.search(r"PASSING_UDP_LEN = ([^;]*);", cfg).group(1)
+    ipv4 = re.search(r"PASSING_IPV4_LEN = ([^;]*);", cfg).group(1)
+    assert arith(udp) == P.UDP_HEADER_BYTES + P.PAYLOAD_BYTES
+    assert arith(ipv4) == P.IPV4_HEADER_BYTES + P.UDP_HEADER_BYTES + P.PAYLOAD_BYTES
+    assert P.FRAME_BYTES == P.ETH_HEADER_BYTES + arith(ipv4) <= 1514
+
+
 def doc_field_table() -> list[tuple[int, str, int]]:
     doc = (ROOT / "docs" / "protocol.md").read_text()
     section = doc.split("## PASSING header", 1)[1].split("\n## ", 1)[0]
@@ -100,7 +170,7 @@ def test_doc_table_matches_python_definition():
 def test_doc_example_payload_decodes_as_described():
     doc = (ROOT / "docs" / "protocol.md").read_text()
     block = doc.split("<!-- example-payload -->", 1)[1].split("```")[1]
-    hexes = re.sub(r"\(then 60 x 00000000\)", "00000000" * 60, block)
+    hexes = re.sub(r"\(then K-4 x 00000000\)", "00000000" * (P.K - 4), block)
     wire = bytes.fromhex("".join(hexes.split()))
     rec = packet.unpack(wire)
     assert packet.header_dict(rec) == dict(job_id=7, slot=3, contributor=1, flags=1, version=0,
@@ -115,4 +185,6 @@ def test_lane_mask_is_top_bit_of_every_lane():
     assert m and int(m.group(1), 16) == int("80000000" * 4, 16)
     assert "MSB_512  = MSB_128 ++ MSB_128 ++ MSB_128 ++ MSB_128" in cfg
     assert "MSB_2048 = MSB_512 ++ MSB_512 ++ MSB_512 ++ MSB_512" in cfg
+    assert re.search(r"const\s+bit<WORD_BITS>\s+LANE_MSB\s*=\s*MSB_2048\s*;", cfg)
+    assert lanes.WORD_MSB == int("80000000" * 64, 16)
     assert lanes.LANE_MSB == int("80000000" * P.K, 16)

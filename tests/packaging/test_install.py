@@ -28,6 +28,8 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from passing import protocol as P
+from passing.p4info import sized_for_k
 from testbed.loopback import UdpLoopbackSwitch
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -116,7 +118,7 @@ def test_pipeline_files_resolve_inside_the_installed_package(installed):
     assert sorted(found["sources"]) == shipped
     # A wheel is no checkout: it builds P4 into the user's cache, not into site-packages.
     assert found["checkout"] == "None"
-    assert found["build"] == str(installed.cwd / "cache" / "passing" / "build")
+    assert found["build"] == str(installed.cwd / "cache" / "passing" / "build" / f"k{P.K}")
     assert not any(p == str(CHECKOUT) or p.startswith(f"{CHECKOUT}/passing") for p in
                    found["path"])
 
@@ -179,6 +181,7 @@ def test_switch_models_serve_the_committed_p4info_and_passing_ctl_runs_a_job_on_
         text_format.Merge(Path(installed.python(
             "import json, passing.pipeline_files as pf; "
             "print(json.dumps(str(pf.COMMITTED_P4INFO)))")).read_text(), committed)
+        committed = sized_for_k(committed)  # what p4c makes of it at this K (PASSING_K)
         with grpc.insecure_channel(f"127.0.0.1:{ports['tor1']}") as ch:
             got = p4runtime_pb2_grpc.P4RuntimeStub(ch).GetForwardingPipelineConfig(
                 p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=0), timeout=10)
