@@ -99,7 +99,11 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> JobSpec:
-        return cls(**{**d, "hosts": tuple(d["hosts"])})
+        """A stored job. Its K is the build's, not the stored one: a job's entries (slots,
+        members, groups) do not depend on K, which is one compile-time number for the switches
+        and all agents (PASSING_K), so a job stored under another K is installed as it is."""
+        fields_ = {k: v for k, v in d.items() if k != "k"}
+        return cls(**{**fields_, "hosts": tuple(d["hosts"])})
 
 
 @dataclass(frozen=True)

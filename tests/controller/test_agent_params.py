@@ -63,3 +63,14 @@ def test_job_show_prints_the_contract(make_control, tmp_path, capsys):
                         "agent_udp_port", "window", "hosts"}
     assert JobParams.from_dict(doc) == JobParams.load(tmp_path / "job3.json") \
         == ctl.agent_params(3)
+
+
+def test_a_job_stored_under_another_k_is_read_with_the_builds_k(make_control):
+    """K is one compile-time number for switches and agents; a job's entries do not depend on
+    it. A job table written by a build of another K (an older runs/ directory) still loads:
+    before, the stored K stopped `make run-topology` at its start."""
+    ctl, _ = make_control("star")
+    rec = ctl.create_job(JobSpec(5, ("h1", "h2"), window=8))
+    other = next(k for k in P.K_CHOICES if k != P.K)
+    spec = JobSpec.from_dict({**rec.spec, "k": other})
+    assert spec == JobSpec.from_dict(rec.spec) and spec.k == P.K
