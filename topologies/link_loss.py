@@ -13,10 +13,17 @@ import subprocess
 from pathlib import Path
 
 TABLE_PREFIX = "passing_loss_"
+# Before the prefix, tables were named loss_<interface>: a network still removes those for its
+# own interfaces, left by an older version.
+LEGACY_PREFIX = "loss_"
 
 
 def table_name(ifname: str) -> str:
     return TABLE_PREFIX + ifname.replace("-", "_")
+
+
+def _legacy_name(ifname: str) -> str:
+    return LEGACY_PREFIX + ifname.replace("-", "_")
 
 
 def set_loss(intf, percent: float, run_dir: Path) -> bool:
@@ -38,22 +45,26 @@ def set_loss(intf, percent: float, run_dir: Path) -> bool:
     return True
 
 
-def root_tables() -> list[str]:
-    """This project's loss tables in the root namespace."""
+def _netdev_tables() -> list[str]:
     res = subprocess.run(["nft", "list", "tables", "netdev"], capture_output=True, text=True)
     if res.returncode != 0:
         return []  # no nftables: there can be no table either
-    names = [line.split()[-1] for line in res.stdout.splitlines() if line.startswith("table")]
-    return [n for n in names if n.startswith(TABLE_PREFIX)]
+    return [line.split()[-1] for line in res.stdout.splitlines() if line.startswith("table")]
+
+
+def root_tables() -> list[str]:
+    """This project's loss tables in the root namespace."""
+    return [n for n in _netdev_tables() if n.startswith(TABLE_PREFIX)]
 
 
 def remove_root_tables(ifnames: list[str] | None = None) -> list[str]:
-    """Delete the root namespace's loss tables of `ifnames` (all of them with None); the names
-    deleted."""
-    wanted = None if ifnames is None else {table_name(n) for n in ifnames}
+    """Delete the root namespace's loss tables of `ifnames` (also under the older names), or
+    all of this project's with None; the names deleted."""
+    wanted = None if ifnames is None else \
+        {f(n) for n in ifnames for f in (table_name, _legacy_name)}
     gone = []
-    for name in root_tables():
-        if wanted is None or name in wanted:
+    for name in _netdev_tables():
+        if (name in wanted) if wanted is not None else name.startswith(TABLE_PREFIX):
             subprocess.run(["nft", "delete", "table", "netdev", name], capture_output=True)
             gone.append(name)
     return gone

@@ -81,22 +81,26 @@ def test_one_percent_loss_on_every_link(network):
     assert link_loss.root_tables() == []
 
 
-def test_a_loss_rule_left_by_a_crashed_run_is_removed_at_start(network, tmp_path):
-    """A table for tor1-eth1 made as a crashed run would have left it: the next network on
-    that interface name removes it before any frame flows. The table drops every frame, so
-    h1 would get no result at all if it were still hooked."""
-    table = link_loss.table_name("tor1-eth1")
-    subprocess.run(["nft", "-f", "-"], check=True, text=True, input=(
-        f"table netdev {table} {{ chain c {{ type filter hook egress device \"tor1-eth1\" "
-        "priority 0; drop; }; }\n"))
+def test_a_loss_rule_left_by_a_crashed_run_is_removed_at_start(network):
+    """Tables for tor1-eth1 and tor2-eth1 as a crashed run (and, under the older name
+    loss_<interface>, an older version) would have left them: the next network on those
+    interface names removes them before any frame flows. The tables drop every frame, so h1
+    and h3 would get no result at all if either were still hooked."""
+    tables = {"tor1-eth1": link_loss.table_name("tor1-eth1"), "tor2-eth1": "loss_tor2_eth1"}
+    for ifname, table in tables.items():
+        subprocess.run(["nft", "-f", "-"], check=True, text=True, input=(
+            f"table netdev {table} {{ chain c {{ type filter hook egress device \"{ifname}\" "
+            "priority 0; drop; }; }\n"))
     try:
         pnet = network("leafspine")
-        assert table not in link_loss.root_tables()
+        listed = subprocess.run(["nft", "list", "tables", "netdev"], capture_output=True,
+                                text=True).stdout
+        assert not any(t in listed.split() for t in tables.values()), listed
         pnet.create_job(1, window=16)
         res = pnet.allreduce("8K", iters=1)
         assert all(r.get("ok") and r["correct"] for r in res.values()), res
     finally:
-        link_loss.remove_root_tables(["tor1-eth1"])
+        link_loss.remove_root_tables(list(tables))
 
 
 def test_two_concurrent_jobs_on_disjoint_hosts(network):
