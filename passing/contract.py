@@ -92,9 +92,18 @@ class JobParams:
     agent_udp_port: int  # where an agent receives results; in `ina`, local rank i on + i
     window: int  # the job's slots per switch: packets each stream keeps in flight
     hosts: tuple[HostParams, ...]
+    # K of the controller that wrote them, which is its switches' (PASSING_K, one number per
+    # deployment). Optional in a file: files written before the field existed carry none.
+    values_per_packet: int = P.K
 
     def __post_init__(self) -> None:
         _check_int("job_id", self.job_id, 1, 0xFFFF)
+        if self.values_per_packet != P.K:
+            raise ParamsError(
+                f"values_per_packet: the job's switches take {self.values_per_packet!r} values "
+                f"per packet, this process {P.K}: run the agents with "
+                f"PASSING_K={self.values_per_packet}, as the controller and the P4 build were, "
+                "or every packet is dropped as malformed")
         if self.mode not in MODES:
             raise ParamsError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
         try:
@@ -190,6 +199,7 @@ class JobParams:
         return {"version": FORMAT_VERSION, "job_id": self.job_id, "mode": self.mode,
                 "session_key": self.session_key, "switch_udp_port": self.switch_udp_port,
                 "agent_udp_port": self.agent_udp_port, "window": self.window,
+                "values_per_packet": self.values_per_packet,
                 "hosts": {h.name: h.to_dict() for h in self.hosts}}
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -211,7 +221,8 @@ class JobParams:
                               f"agent reads format {FORMAT_VERSION}: {regenerate} with the "
                               "controller of the same PASSING version as the agents")
         top = {f.name for f in fields(cls)}
-        _check_keys("", d, top | {"version"})
+        optional = {"values_per_packet"} - set(d)
+        _check_keys("", d, top - optional | {"version"})
         if not isinstance(d["hosts"], dict):
             raise ParamsError("hosts: a JSON object of host name -> parameters")
         host_keys = {f.name for f in fields(HostParams)} - {"name"}
@@ -221,7 +232,7 @@ class JobParams:
                 raise ParamsError(f"hosts.{name}: a JSON object, not {type(h).__name__}")
             _check_keys(f"hosts.{name}.", h, host_keys)
             hosts.append(HostParams(name, **h))
-        return cls(**{k: d[k] for k in top - {"hosts"}}, hosts=tuple(hosts))
+        return cls(**{k: d[k] for k in top - {"hosts"} - optional}, hosts=tuple(hosts))
 
     @classmethod
     def from_json(cls, text: str) -> JobParams:

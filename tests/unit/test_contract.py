@@ -181,3 +181,21 @@ def test_the_contract_imports_without_torch():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+def test_parameters_of_another_k_are_refused_and_say_which_k_to_run():
+    """An agent of another K than its switches would have every packet dropped as malformed
+    and time out; the parameters carry the controller's K, so it is told at once instead."""
+    from passing import protocol as P
+
+    doc = job().to_dict()
+    assert doc["values_per_packet"] == P.K
+    other = next(k for k in P.K_CHOICES if k != P.K)
+    doc["values_per_packet"] = other
+    with pytest.raises(ParamsError, match=f"values_per_packet: .*take {other} values per packet, "
+                                          f"this process {P.K}: run the agents with "
+                                          f"PASSING_K={other}"):
+        JobParams.from_dict(doc)
+    # Files written before the field existed still load (at this process's K).
+    del doc["values_per_packet"]
+    assert JobParams.from_dict(doc) == job()
