@@ -95,7 +95,8 @@ class _Call:
         # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*used
         self.step = np.zeros(used, dtype=np.int64)
         # The packet each slot waits on. Sequence numbers order every transmission of this
-        # streamer (first_seq: the packet's first, last_seq: its latest); see _Recovery.
+        # streamer (first_seq: the packet's first, last_seq: its latest); see
+        # SlotStreamer._resend_overtaken.
         self.pending = np.zeros(used, dtype=bool)
         self.p_frag = np.zeros(used, dtype=np.int64)
         self.p_version = np.zeros(used, dtype=np.uint8)
@@ -220,8 +221,8 @@ class SlotStreamer:
         last_progress = probe_ref = time.monotonic()
         probes = 0
         while call.pending.any():
-            due = probe_ref + min(self.rto * (1 << probes), self.cfg.max_rto)
-            rows, other = self._receive(max(due - time.monotonic(), 0.0))
+            rows, other = self._receive(max(self._probe_due(probe_ref, probes)
+                                            - time.monotonic(), 0.0))
             slots, frags, recs, newest = self._collect(rows, other, call)
             now = time.monotonic()
             if slots.size:
@@ -237,11 +238,15 @@ class SlotStreamer:
                 break
             if now - last_progress > self.cfg.deadline:
                 raise self._timeout(call)
-            if now >= probe_ref + min(self.rto * (1 << probes), self.cfg.max_rto):
+            if now >= self._probe_due(probe_ref, probes):
                 self._probe(call, now)
                 probes = min(probes + 1, 30)
                 probe_ref = now
         return call.out, call.agreed
+
+    def _probe_due(self, since: float, probes: int) -> float:
+        """When silence since `since` calls for a probe: the timer, doubled per probe sent."""
+        return since + min(self.rto * (1 << probes), self.cfg.max_rto)
 
     def _next_seq(self, n: int) -> np.ndarray:
         seq = np.arange(self._seq, self._seq + n, dtype=np.int64)
