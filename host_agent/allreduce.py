@@ -107,6 +107,15 @@ class PassingAllreduce:
                                local_gpus=self.local_size, **stream_options)
             self.streamer = SlotStreamer(cfg, transport)
 
+    def close(self) -> None:
+        """Release the leader's UDP socket (the group is the caller's: it is left as it is).
+        Idempotent; the object cannot sum afterwards."""
+        if self.streamer is not None:
+            close = getattr(self.streamer.transport, "close", None)
+            if close is not None:
+                close()
+            self.streamer = None
+
     def allreduce(self, tensor: torch.Tensor, divide_by: int = 1) -> torch.Tensor:
         """Sum `tensor` over every rank of every server of the job, in place (then divided by
         `divide_by`). The local stage sums in float32 (half-precision tensors too)."""
@@ -135,6 +144,8 @@ class PassingAllreduce:
                         divide_by: int) -> tuple[int, str]:
         """The leader's part: stream the host's sum, write the result into `out` (rounded
         once, to out's dtype). (status code, message for the other local ranks)."""
+        if self.streamer is None:
+            return _OTHER, "this PassingAllreduce is closed (its process group was destroyed)"
         try:
             result = switch_sum(self.streamer, local_sum)
         except NonFiniteError as e:

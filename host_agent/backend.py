@@ -43,6 +43,10 @@ from passing.contract import JobParams
 
 _SUMMED = (torch.float32, torch.float16, torch.bfloat16)
 _BackendType = dist.ProcessGroup.BackendType
+# World groups this process has made. Every rank makes them together, so the count is the same
+# on all of them; it keeps one life's store keys apart from the next (torchrun's store outlives
+# destroy_process_group, and gloo would connect to the previous life's addresses).
+_lives = 0
 
 
 class PassingInitError(RuntimeError):
@@ -185,9 +189,22 @@ class PassingProcessGroup(dist.ProcessGroup):
             self._delegates[device.type] = backend
         self._set_default_backend(_BackendType.GLOO)
         self.passing = passing
+        self.local: dist.ProcessGroup | None = None  # the in-host group, when this group made it
 
     def getBackendName(self) -> str:
         return BACKEND
+
+    def shutdown(self) -> None:
+        """What `destroy_process_group` calls. The in-host group is registered nowhere in
+        c10d, so it is shut down here: a gloo group left to interpreter finalization can abort
+        the process (SIGABRT, "terminate called without an active exception") after a
+        successful run. The leader's UDP port is released too."""
+        if self.passing is not None:
+            self.passing.close()
+        if self.local is not None:
+            self.local.shutdown()
+            self.local = None
+        super().shutdown()
 
     def _summed_by_switch(self, tensors: list[torch.Tensor], op: dist.ReduceOp) -> bool:
         # `==`, not `in`: the ReduceOp an option holds is not equal to the enum on the left.
@@ -282,8 +299,11 @@ def create_process_group(store: dist.Store, rank: int, size: int,
                          timeout: timedelta) -> dist.ProcessGroup:
     """The creator torch calls for `init_process_group("passing")` and for `new_group` under
     it (register_backend's non-extended signature)."""
+    global _lives
     if dist.is_initialized():  # a group made after the world: delegates everything
         return PassingProcessGroup(store, rank, size, timeout)
+    _lives += 1
+    store = PrefixStore(f"passing-life{_lives}/", store)
     report, found = _report(os.environ, timeout)
     reports = _agree(store, "passing/config", rank, size, report, timeout)
     params, host, options = found
@@ -292,6 +312,7 @@ def create_process_group(store: dist.Store, rank: int, size: int,
     local = _group_of(PrefixStore(f"passing/local{node}/", store), nodes[node].index(rank),
                       len(nodes[node]), timeout)
     pg = PassingProcessGroup(store, rank, size, timeout)
+    pg.local = local
     session = torch.tensor([_to_signed(new_session())], dtype=torch.int64)
     opts = dist.BroadcastOptions()
     opts.rootRank = 0

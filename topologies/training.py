@@ -141,6 +141,22 @@ def rank_logs(log_dir: Path, local_rank: int) -> tuple[Path | None, Path | None]
     return found[-1], found[-1].with_name("stderr.log")
 
 
+def _crash_after_report(run: HostRun, code: int | None) -> str | None:
+    """Every rank reported success, yet torchrun failed: a rank died on its way out (a
+    C++ abort at interpreter exit, say). Names the rank and its own last words, which
+    torchrun's summary ("ChildFailedError") does not."""
+    for lr in range(run.nproc):
+        _, err = rank_logs(run.log_dir, lr)
+        line = error_line(_tail(err), fallback=False) if err else None
+        if line is None and err:
+            line = next((ln.strip() for ln in reversed(_tail(err).splitlines())
+                         if ln.strip() and not ln.startswith("[")), None)
+        if line:
+            return (f"rank {run.rank_base + lr} reported success, then torchrun exited with "
+                    f"code {code}; its stderr ends: {line}")
+    return None
+
+
 def collect(run: HostRun) -> dict:
     """The host's result: its ranks' reports (a failed rank: ok False and its error)."""
     code = run.proc.returncode if run.proc is not None else None
@@ -168,8 +184,8 @@ def collect(run: HostRun) -> dict:
     error = None
     if not ok:
         error = next((r["error"] for r in ranks if not r.get("ok") and r.get("error")), None)
-        error = error or run.killed or error_line(torchrun_log) \
-            or f"torchrun exit code {code}"
+        error = error or run.killed or _crash_after_report(run, code) \
+            or error_line(torchrun_log) or f"torchrun exit code {code}"
     return {"ok": ok, "host": run.host, "node_rank": run.node_rank, "nproc": run.nproc,
             "exit_code": code, "killed": run.killed, "error": error, "ranks": ranks,
             "log_dir": str(run.log_dir)}

@@ -8,6 +8,8 @@ the same inputs, or the error it met. SCENARIO picks what to run:
                large values, NaN propagated (GradScaler), a parameter summed
   slow         rank 0 arrives 8 s late: the others wait, as with gloo
   die          training until the test kills a node; the survivors must raise, not hang
+  reinit       sum, destroy the group, init again in the same process and sum again (what
+               destroy_process_group must release: the leader's port, the in-host group)
 """
 
 from __future__ import annotations
@@ -219,10 +221,27 @@ def train(group, steps: int) -> list[float]:
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 
 
+def reinit() -> list[list[float]]:
+    """Two lives of the world group in one process; each one's sum, as every rank saw it."""
+    sums, held = [], []
+    for life in range(2):
+        if life:
+            dist.init_process_group("passing")
+        t = torch.full((300,), float(RANK + 10 * life))
+        dist.all_reduce(t)
+        sums.append(sorted(set(t.tolist())))
+        held.append(dist.group.WORLD)  # as a DDP model that outlives its group holds it
+        dist.destroy_process_group()
+    return sums
+
+
 def main() -> int:
     scenario = os.environ["SCENARIO"]
     try:
         dist.init_process_group("passing")
+        if scenario == "reinit":
+            put("result", reinit())
+            return 0
         gloo = dist.new_group(backend="gloo")
         if scenario == "collectives":
             put("result", collectives(gloo))

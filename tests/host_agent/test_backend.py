@@ -207,6 +207,20 @@ def test_what_gloo_users_rely_on(launch, tmp_path):
         assert res["after_nonfinite"] == [float(sum(range(world)))] * 100
 
 
+def test_a_destroyed_group_releases_what_it_held(launch, tmp_path):
+    """destroy_process_group frees the leader's UDP port and the in-host group: a second
+    init_process_group("passing") in the same processes sums correctly, and every rank exits 0
+    (a gloo group left to interpreter finalization can abort a finished run)."""
+    run = launch("reinit")
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    world = HOSTS * LOCAL
+    for rank in range(world):
+        res = run.read(rank, "result")
+        assert res is not None, run.read(rank, "error")
+        assert res == [[float(sum(range(world)))],
+                       [float(sum(r + 10 for r in range(world)))]], rank
+
+
 def test_a_late_rank_is_waited_for_as_gloo_waits(launch, tmp_path):
     # No PASSING_TIMEOUT: the switch is given the process group's timeout, and rank 0 comes
     # 8 s late (longer than the stream's own default of 10 s would allow after a few resends).

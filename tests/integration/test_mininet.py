@@ -240,6 +240,27 @@ def test_rank_reports_come_from_torchruns_per_rank_logs(tmp_path):
         "killed: no result within 9s (RuntimeError: Connection closed by peer)"
 
 
+def test_a_rank_that_aborts_after_its_report_is_named(tmp_path):
+    """Every rank reported success, then one aborted on its way out: the host's error names
+    that rank and its last words, not torchrun's ChildFailedError."""
+    run = training.HostRun("h2", 1, 2, 2, tmp_path, tag="t")
+    attempt = tmp_path / "none_x1y2" / "attempt_0"
+    for lr in range(2):
+        (attempt / str(lr)).mkdir(parents=True)
+        (attempt / str(lr) / "stdout.log").write_text(f'{{"ok": true, "rank": {2 + lr}}}\n')
+    (attempt / "0" / "stderr.log").write_text(
+        "[W1130 socket.cpp:207] a warning\nterminate called without an active exception\n")
+    (attempt / "1" / "stderr.log").write_text("[W1130 socket.cpp:207] a warning\n")
+    (tmp_path / "torchrun.log").write_text(
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    run.proc = subprocess.Popen(["sh", "-c", "exit 1"])
+    run.proc.wait()
+    res = training.collect(run)
+    assert not res["ok"] and all(r["ok"] for r in res["ranks"])
+    assert res["error"] == ("rank 2 reported success, then torchrun exited with code 1; its "
+                            "stderr ends: terminate called without an active exception")
+
+
 def test_killing_a_run_kills_every_process_with_its_tag():
     """Also those that left the process group and were reparented (torchrun's workers run in
     sessions of their own)."""
@@ -271,7 +292,7 @@ def test_train_with_passing_matches_gloo(network):
     for backend in ("gloo", "passing"):
         res = pnet.train(2, backend=backend, args=TRAIN_ARGS, timeout=240)
         assert set(res) == {"h1", "h2"}
-        assert all(r["ok"] for r in res.values()), res
+        assert all(r["ok"] for r in res.values()), {h: r["error"] for h, r in res.items()}
         ranks = _ranks(res)
         assert [r["rank"] for r in ranks] == [0, 1, 2, 3], ranks
         assert {(r["backend"], r["world_size"]) for r in ranks} == {(backend, 4)}, ranks
