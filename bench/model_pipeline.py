@@ -1,7 +1,7 @@
 """Packets per second of the software switch model's pipeline on one core, without I/O.
 
-Full aggregation packets (K values, PASSING_K) of a fan-in-4 job over a 256-slot pool, versions
-alternating per round, so every packet is admitted, added into its slot, and every fourth
+Full aggregation packets (K values, PASSING_K) of a fan-in-4 job over a 256-slot pool, round
+after round, so every packet is admitted, added into its slot, and every fourth
 completes the slot and is multicast to 4 members (4 frames built). This is the cost the model
 adds per packet; `bench.switch_pps --target model` measures it with raw-socket I/O included.
 
@@ -32,7 +32,7 @@ def setup():
 def frames(rounds: int) -> list[tuple[int, bytes]]:
     rng = np.random.default_rng(0)
     vals = rng.integers(-(2**20), 2**20, size=(FAN_IN, P.K))
-    return [(port, contribution(DEV, port, vals[port - 1], job_id=1, slot=s, version=r % 2,
+    return [(port, contribution(DEV, port, vals[port - 1], job_id=1, slot=s, round=r,
                                 frag=r * POOL + s))
             for r in range(rounds) for s in range(POOL) for port in range(1, FAN_IN + 1)]
 

@@ -5,9 +5,9 @@ The test side keeps a fixed number of packets in flight (sent but not yet come o
 switch is always busy but its queues, and the two CPU cores it shares with the sender, are not
 flooded; it counts the frames that come out in a fixed time. Plain forwarding: every frame
 sent from port 1 to a MAC on port 3 comes out once. Aggregation: hosts on ports 1 and 2 stream
-contributions of a fan-in-2 job over a pool of slots with alternating versions; each completed
+contributions of a fan-in-2 job over a pool of slots, round after round; each completed
 slot leaves once per member, so frames out = packets processed. Both use frames of
-passing.protocol.FRAME_BYTES (322 bytes at K=64, 1090 at K=256), so values/s = aggregation
+passing.protocol.FRAME_BYTES (326 bytes at K=64, 1094 at K=256), so values/s = aggregation
 packets/s x K compares values per packet (PASSING_K) on one target.
 
     python -m bench.switch_pps --target bmv2     # needs `make build` and simple_switch_grpc, root
@@ -52,7 +52,7 @@ def aggregation_frames(rounds: int) -> list[tuple[int, bytes]]:
         for slot in range(POOL):
             for port in (1, 2):
                 out.append((port, contribution(DEV, port, vals, job_id=1, slot=slot,
-                                               version=r % 2, frag=r * POOL + slot)))
+                                               round=r, frag=r * POOL + slot)))
     return out
 
 

@@ -1,4 +1,5 @@
-"""The ingress counters (p4src/passing.p4): job_stats, global_drops, egress_drops (read only)."""
+"""The ingress counters (p4src/passing.p4): job_stats, late_contribs, global_drops, egress_drops
+(read only)."""
 
 from __future__ import annotations
 
@@ -24,18 +25,27 @@ class StatsCounters:
             out["drops_" + reason.name.lower()] = ev[reason.value]
         return out
 
+    def late(self, stat_idx: int) -> dict[int, int]:
+        """Late contributions (not added: their round had closed here or was left behind) per
+        contributor id of one job at this switch; ids with none are left out."""
+        base = stat_idx * P.MAX_FAN_IN
+        cells = self.sw.read_counter("late_contribs")
+        return {c: n for c in range(P.MAX_FAN_IN) if (n := cells.get(base + c, (0, 0))[0])}
+
     def reset_updates(self, stat_idx: int) -> list[Update]:
-        """Zero a job's row, so that a reused row starts from zero for a new job."""
+        """Zero a job's rows, so that a reused row starts from zero for a new job."""
         ups = []
-        counter_id = self.sw.info.counter("job_stats").preamble.id
-        for e in range(P.JOB_STATS_STRIDE):
-            u = Update(type=Update.MODIFY)
-            ce = u.entity.counter_entry
-            ce.counter_id = counter_id
-            ce.index.index = stat_idx * P.JOB_STATS_STRIDE + e
-            ce.data.packet_count = 0
-            ce.data.byte_count = 0
-            ups.append(u)
+        for counter, stride in (("job_stats", P.JOB_STATS_STRIDE),
+                                ("late_contribs", P.MAX_FAN_IN)):
+            counter_id = self.sw.info.counter(counter).preamble.id
+            for e in range(stride):
+                u = Update(type=Update.MODIFY)
+                ce = u.entity.counter_entry
+                ce.counter_id = counter_id
+                ce.index.index = stat_idx * stride + e
+                ce.data.packet_count = 0
+                ce.data.byte_count = 0
+                ups.append(u)
         return ups
 
     def global_drops(self) -> dict[str, int]:

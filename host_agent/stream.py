@@ -4,19 +4,20 @@ The job's pool has W slots. Slot s carries, one after another: an exponent-only 
 fragment s (values zero, `exp` = this host's exponent of fragment s), then fragment s quantized
 with the agreed exponent and carrying the exponent of fragment s+W, then fragment s+W, and so on
 (see host_agent/fixed_point.py). Each packet waits for its result before the slot's next packet
-goes out; W slots are in flight at once. Every use of a slot flips its version (the SwitchML
-shadow copy), also across calls, so the agent keeps the versions for the life of the job.
+goes out; W slots are in flight at once. Every use of a slot is the slot's next round (0, 1,
+2, ...; the SwitchML shadow-copy version is its low bit), also across calls, so the agent keeps
+the rounds for the life of the session; every host counts the same rounds.
 
 Loss (docs/protocol.md, "Loss recovery"): a packet still unanswered when a packet sent after it
 has been answered was lost, and is resent at once; a timer period without any result sends one
 probe (the newest packet), doubling the period each time. Waiting for a slow host or a busy switch
 is never taken for the loss of the whole window. A resend carries RETRANS and brings the result
 whether the contribution or the result was lost. A switch that stops answering ends in
-SwitchTimeout, not a hang. Results are matched on session, slot, version,
+SwitchTimeout, not a hang. Results are matched on session, slot, round,
 fragment and the call's tag, so neither a result of another session nor a late duplicate of an
 earlier call is ever taken for a new result.
 
-A streamer is one session (host_agent.session): the versions it keeps are in step with the other
+A streamer is one session (host_agent.session): the rounds it keeps are in step with the other
 hosts' only as long as every call completes everywhere. After a failed call (a timeout, a socket
 error) they may not be, so the streamer refuses further calls with SessionBroken; the job goes on
 with a new session, which the switch keeps apart from this one.
@@ -99,7 +100,7 @@ class _Call:
         # SlotStreamer._resend_overtaken.
         self.pending = np.zeros(used, dtype=bool)
         self.p_frag = np.zeros(used, dtype=np.int64)
-        self.p_version = np.zeros(used, dtype=np.uint8)
+        self.p_round = np.zeros(used, dtype=np.uint32)
         self.first_seq = np.zeros(used, dtype=np.int64)
         self.last_seq = np.zeros(used, dtype=np.int64)
         self.sent = np.zeros(used, dtype=np.float64)  # time of the latest transmission
@@ -152,7 +153,7 @@ class SlotStreamer:
     def __init__(self, cfg: StreamConfig, transport: Transport):
         self.cfg = cfg
         self.transport = transport
-        self.versions = np.zeros(cfg.window, dtype=np.uint8)
+        self.rounds = np.zeros(cfg.window, dtype=np.uint32)
         self.calls = 0
         self.stats = StreamStats()
         # Round-trip estimate (TCP's, RFC 6298): the probe timer follows the switch's queueing
@@ -229,7 +230,7 @@ class SlotStreamer:
                 last_progress = probe_ref = now
                 probes = 0
                 mark = max(mark, newest)
-                self.versions[slots] ^= 1
+                self.rounds[slots] += np.uint32(1)  # wraps at 2**32, as the switch reads it
                 more = call.absorb(slots, frags, recs)
                 if more.size:
                     self._launch(call, more)
@@ -258,15 +259,15 @@ class SlotStreamer:
         cfg = self.cfg
         frag = call.fragments(slots)
         values, exp = call.values_and_exponents(slots, frag)
-        versions = self.versions[slots]
+        rounds = self.rounds[slots]
         batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
                                   contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
-                                  version=versions, frag=frag, num_contrib=cfg.local_gpus,
+                                  round=rounds, frag=frag, num_contrib=cfg.local_gpus,
                                   exp=exp, tag=call.tag, session=cfg.session)
         seq = self._next_seq(slots.size)
         call.pending[slots] = True
         call.p_frag[slots] = frag
-        call.p_version[slots] = versions
+        call.p_round[slots] = rounds
         call.first_seq[slots] = seq
         call.last_seq[slots] = seq
         call.resent[slots] = False
@@ -348,7 +349,7 @@ class SlotStreamer:
         cand = np.flatnonzero(ok)
         s = slot[cand]
         cand = cand[call.pending[s] & (call.p_frag[s] == recs["frag"][cand])
-                    & (call.p_version[s] == recs["version"][cand])]
+                    & (call.p_round[s] == recs["round"][cand])]
         # A slot's result may arrive twice in one batch (a resend's answer): take the first.
         _, first = np.unique(slot[cand], return_index=True)
         keep = cand[np.sort(first)]

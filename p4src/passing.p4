@@ -18,6 +18,9 @@ control PassingIngress(inout headers_t hdr, inout metadata_t meta,
     @name(".global_drops") counter(GLOBAL_DROP_SLOTS, CounterType.packets) global_drops;
     @name(".job_stats") counter(MAX_JOBS * JOB_STATS_STRIDE, CounterType.packets_and_bytes)
         job_stats;
+    /* Late contributions (not added: their round had closed here or was left behind) per job
+     * and contributor id: who is straggling, as the switch sees it. */
+    @name(".late_contribs") counter(MAX_JOBS * MAX_FAN_IN, CounterType.packets) late_contribs;
 
     JobAdmission() admission;
     ResultGuard() guard;
@@ -40,6 +43,11 @@ control PassingIngress(inout headers_t hdr, inout metadata_t meta,
                     mark_to_drop(sm);
                 }
                 job_stats.count(meta.job.stat_idx * JOB_STATS_STRIDE + (bit<32>)event);
+                if (event == EVT_LATE || event == EVT_LATE_RESULT ||
+                        event == DROP_STALE_ROUND) {
+                    late_contribs.count(meta.job.stat_idx * MAX_FAN_IN +
+                                        (bit<32>)hdr.passing.contributor);
+                }
             }
         } else if (hdr.ethernet.isValid()) {
             bit<8> gdrop;

@@ -38,7 +38,9 @@ def pack_batch(values: np.ndarray, **fields: int | np.ndarray) -> np.ndarray:
     """Build n packets at once.
 
     `values` is an (n, K) integer array (taken modulo 2**32 as two's complement int32); each
-    header field is a scalar (same for every packet) or an array of length n. Missing fields are 0.
+    header field is a scalar (same for every packet) or an array of length n. Missing fields are
+    0, except that `version` is the low bit of `round` and a `round` left out is `version` (the
+    slot's first or second round), so one of them is enough.
     Returns a structured array; `.tobytes()` or `payload_rows()` give the wire bytes.
     """
     vals = np.asarray(values)
@@ -48,6 +50,11 @@ def pack_batch(values: np.ndarray, **fields: int | np.ndarray) -> np.ndarray:
     if unknown:
         raise ProtocolError(f"unknown header field(s): {', '.join(sorted(unknown))}")
     out = np.zeros(vals.shape[0], dtype=PAYLOAD_DTYPE)
+    if "round" in fields and "version" not in fields:
+        _check_range("round", fields["round"], 32)
+        fields = {**fields, "version": np.asarray(fields["round"]) & 1}
+    elif "version" in fields and "round" not in fields:
+        fields = {**fields, "round": fields["version"]}
     for f in P.HEADER_FIELDS:
         if f.name in fields:
             _check_range(f.name, fields[f.name], f.bits)
@@ -119,8 +126,10 @@ def validate(rec: np.ndarray | np.void) -> None:
     kind = flags & int(P.Flag.CONTRIB | P.Flag.RESULT)
     if np.any((kind != P.Flag.CONTRIB) & (kind != P.Flag.RESULT)):
         raise ProtocolError("exactly one of CONTRIB and RESULT must be set")
-    if np.any(np.asarray(rec["version"]) > 1):
-        raise ProtocolError("pool version must be 0 or 1")
+    if np.any((kind == P.Flag.RESULT) & (flags & int(P.Flag.CLOSE) != 0)):
+        raise ProtocolError("CLOSE goes with CONTRIB only")
+    if np.any(np.asarray(rec["version"]) != np.asarray(rec["round"]) & 1):
+        raise ProtocolError("pool version must be the low bit of round")
     if np.any(np.asarray(rec["contributor"]) >= P.MAX_FAN_IN):
         raise ProtocolError(f"contributor id must be below {P.MAX_FAN_IN}")
 
@@ -132,6 +141,6 @@ def header_dict(rec: np.void) -> dict[str, int]:
 def describe(rec: np.void) -> str:
     h = header_dict(rec)
     flags = "|".join(f.name for f in P.Flag if h["flags"] & f) or "0"
-    return (f"job={h['job_id']} slot={h['slot']}.v{h['version']} from={h['contributor']} "
+    return (f"job={h['job_id']} slot={h['slot']}.r{h['round']} from={h['contributor']} "
             f"flags={flags} level={h['level']} frag={h['frag']} n={h['num_contrib']} "
             f"exp={h['exp']}")

@@ -25,8 +25,8 @@ PASSING_UDP_PORT = 48879
 # 32-bit value is one lane of a 2048-bit register word (WORD_BITS, the widest register p4c
 # accepts); the switch adds the 64 lanes of a word in one lane-parallel (SWAR) operation, so a
 # packet costs VALUE_WORDS register reads, adds and writes. K is a multiple of 64 so that words
-# are full; 256 (a 1090-byte frame) is the largest whose frame fits a 1500-byte MTU: 512 would
-# need 2114 bytes.
+# are full; 256 (a 1094-byte frame) is the largest whose frame fits a 1500-byte MTU: 512 would
+# need 2118 bytes.
 K_ENV = "PASSING_K"
 K_CHOICES = (64, 128, 256)
 DEFAULT_K = 256
@@ -80,10 +80,13 @@ HEADER_FIELDS: tuple[Field, ...] = (
     Field("slot", 16, "Slot index within the job's pool at the receiving switch (0..pool_size-1)."),
     Field("contributor", 8, "Sender's contributor id within its group at this switch (0..31); "
           "in results, the recipient's id."),
-    Field("flags", 8, "Bit 0 CONTRIB, bit 1 RESULT, bit 2 RETRANS; other bits must be 0."),
-    Field("version", 8, "Pool version (SwitchML shadow copy), 0 or 1."),
+    Field("flags", 8, "Bit 0 CONTRIB, bit 1 RESULT, bit 2 RETRANS, bit 3 CLOSE (with CONTRIB "
+          "only); other bits must be 0."),
+    Field("version", 8, "Pool version (SwitchML shadow copy): the low bit of `round`."),
     Field("level", 8, "Aggregation level: 0 host to ToR, 1 ToR to spine."),
     Field("frag", 32, "Fragment number: the values are tensor elements frag*K .. frag*K+K-1."),
+    Field("round", 32, "The slot's round: how many times the session used this slot before "
+          "(0, 1, 2, ...), the same on every host; tells a late packet from a new round."),
     Field("num_contrib", 16, "Original contributors folded into this packet (a host sends its "
           "local GPU count; the switch sums it)."),
     Field("exp", 8, "Block exponent proposed by the sender; the switch returns the maximum."),
@@ -107,9 +110,12 @@ class Flag(enum.IntFlag):
     CONTRIB = 0x01
     RESULT = 0x02
     RETRANS = 0x04
+    # A host that waited long enough for the others: complete the round with the contributions
+    # counted so far if they reach the job's quorum at this switch (docs/protocol.md, Quorum).
+    CLOSE = 0x08
 
 
-FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS)
+FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS | Flag.CLOSE)
 
 
 class JobDrop(enum.IntEnum):
@@ -118,10 +124,11 @@ class JobDrop(enum.IntEnum):
     NOT_MEMBER = 0  # ingress port is not a member of the job (or wrong direction for the flags)
     BAD_CONTRIBUTOR = 1  # contributor id outside the ingress port's member range
     SLOT_RANGE = 2  # slot >= the job's pool size at this switch
-    BAD_VERSION = 3  # version not 0 or 1
+    BAD_VERSION = 3  # version not the low bit of round
     BAD_FLAGS = 4  # neither CONTRIB nor RESULT, both, or unknown bits
-    STALE_RESULT = 5  # a RESULT for a slot this switch has not completed and sent up
+    STALE_RESULT = 5  # a RESULT from the spine for a round older than the one the slot holds
     FORGED_RESULT = 6  # a RESULT not from the job's uplink, or UDP to one of its agents' ports
+    STALE_ROUND = 7  # a contribution of a round the slot has left behind: never added
 
 
 class JobEvent(enum.IntEnum):
@@ -135,9 +142,13 @@ class JobEvent(enum.IntEnum):
     RESULT_AGAIN = 12  # already counted, slot final: the result unicast back to the sender
     RESEND_UP = 13  # already counted, rack sum waiting for the spine: sent up again
     DOWNLINK = 14  # result from the spine: stored, multicast to local members
+    LATE = 15  # a contribution after its round closed here, result not back yet: dropped
+    LATE_RESULT = 16  # a contribution after its round completed: not added, result unicast back
+    CLOSED_ROOT = 17  # a CLOSE request completed the slot with a quorum at a root: multicast
+    CLOSED_UP = 18  # a CLOSE request completed the rack sum with a quorum: sent up
 
 
-JOB_STATS_STRIDE = 16
+JOB_STATS_STRIDE = 32
 
 
 class GlobalDrop(enum.IntEnum):
@@ -157,12 +168,14 @@ VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
 GLOBAL_DROP_SLOTS = 8
 
 # Per-job totals an operator reads, as sums of job_stats events.
-JOB_COUNTERS: dict[str, tuple[JobEvent, ...]] = {
+JOB_COUNTERS: dict[str, tuple[int, ...]] = {
     "job_contributions": (JobEvent.PARTIAL, JobEvent.COMPLETE_ROOT, JobEvent.COMPLETE_UP),
     "job_duplicates": (JobEvent.DUPLICATE,),
-    "job_results": (JobEvent.COMPLETE_ROOT,),
+    "job_results": (JobEvent.COMPLETE_ROOT, JobEvent.CLOSED_ROOT),
+    "job_quorum_rounds": (JobEvent.CLOSED_ROOT, JobEvent.CLOSED_UP),
+    "job_late": (JobEvent.LATE, JobEvent.LATE_RESULT, JobDrop.STALE_ROUND),
     "job_result_retransmits": (JobEvent.RESULT_AGAIN,),
-    "job_uplink": (JobEvent.COMPLETE_UP, JobEvent.RESEND_UP),
+    "job_uplink": (JobEvent.COMPLETE_UP, JobEvent.CLOSED_UP, JobEvent.RESEND_UP),
     "job_downlink": (JobEvent.DOWNLINK,),
 }
 

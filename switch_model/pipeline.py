@@ -38,7 +38,7 @@ UDP_SPORT = slice(UDP_OFF, UDP_OFF + 2)
 UDP_DPORT = slice(UDP_OFF + 2, UDP_OFF + 4)
 UDP_LEN = slice(UDP_OFF + 4, UDP_OFF + 6)
 
-_HDR = struct.Struct("!HHBBBBIHBBQ")
+_HDR = struct.Struct("!HHBBBBIIHBBQ")
 
 
 class Header(NamedTuple):
@@ -51,6 +51,7 @@ class Header(NamedTuple):
     version: int
     level: int
     frag: int
+    round: int
     num_contrib: int
     exp: int
     tag: int
@@ -61,25 +62,30 @@ _IPV4_WORDS = struct.Struct("!10H")
 _UDP_PORTS = struct.Struct("!HH")
 _PASSING_PORT_BYTES = P.PASSING_UDP_PORT.to_bytes(2, "big")
 
-FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS = (int(P.Flag.CONTRIB), int(P.Flag.RESULT),
-                                           int(P.Flag.RETRANS))
+FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS, FLAG_CLOSE = (
+    int(P.Flag.CONTRIB), int(P.Flag.RESULT), int(P.Flag.RETRANS), int(P.Flag.CLOSE))
 FLAGS_KNOWN = P.FLAGS_MASK
 DROP_NONE = None
 IPV4_IHL = P.IPV4_HEADER_BYTES // 4  # the only header length the parser accepts (no options)
 
-# config.p4's EVT_* codes, DROP_STALE_RESULT and ROLE_ROOT as plain ints: the hot path compares
+# config.p4's EVT_* codes, DROP_STALE_* and ROLE_ROOT as plain ints: the hot path compares
 # them per packet, and looking up an IntEnum member costs several times the comparison.
 (EVT_PARTIAL, EVT_COMPLETE_ROOT, EVT_COMPLETE_UP, EVT_DUPLICATE, EVT_RESULT_AGAIN, EVT_RESEND_UP,
- EVT_DOWNLINK) = (int(e) for e in (E.PARTIAL, E.COMPLETE_ROOT, E.COMPLETE_UP, E.DUPLICATE,
-                                   E.RESULT_AGAIN, E.RESEND_UP, E.DOWNLINK))
+ EVT_DOWNLINK, EVT_LATE, EVT_LATE_RESULT, EVT_CLOSED_ROOT, EVT_CLOSED_UP) = (
+    int(e) for e in (E.PARTIAL, E.COMPLETE_ROOT, E.COMPLETE_UP, E.DUPLICATE, E.RESULT_AGAIN,
+                     E.RESEND_UP, E.DOWNLINK, E.LATE, E.LATE_RESULT, E.CLOSED_ROOT,
+                     E.CLOSED_UP))
 DROP_STALE_RESULT = int(P.JobDrop.STALE_RESULT)
+DROP_STALE_ROUND = int(P.JobDrop.STALE_ROUND)
 ROLE_ROOT = int(P.Role.ROOT)
 
-# Events that send the slot up to the spine, and the flags each leaving packet carries.
-_UP = frozenset((EVT_COMPLETE_UP, EVT_RESEND_UP))
-_FLAGS_OUT = {int(event): FLAG_RESULT for event in E}
-_FLAGS_OUT[EVT_COMPLETE_UP] = FLAG_CONTRIB
-_FLAGS_OUT[EVT_RESEND_UP] = FLAG_CONTRIB | FLAG_RETRANS
+# Events that send the slot up to the spine, that multicast it, that answer the sender alone,
+# and those the late_contribs counter counts.
+_UP = frozenset((EVT_COMPLETE_UP, EVT_CLOSED_UP, EVT_RESEND_UP))
+_MCAST = frozenset((EVT_COMPLETE_ROOT, EVT_CLOSED_ROOT, EVT_DOWNLINK))
+_UNICAST = frozenset((EVT_RESULT_AGAIN, EVT_LATE_RESULT))
+_LATE = frozenset((EVT_LATE, EVT_LATE_RESULT, DROP_STALE_ROUND))
+_REFUSED = frozenset((DROP_STALE_RESULT, DROP_STALE_ROUND))
 
 # Defaults the P4 program declares for its tables (P4Info only carries const defaults).
 INITIAL_DEFAULTS = {
@@ -90,8 +96,11 @@ INITIAL_DEFAULTS = {
     "l2_forward": Action("l2_drop", {}),
 }
 
-_MASK72 = (1 << 72) - 1
+_WORD_BITS = 104  # one version's word of slot_state
+_MASK_WORD = (1 << _WORD_BITS) - 1
 _MASK64 = (1 << 64) - 1
+_MASK32 = (1 << 32) - 1
+_READY, _CLOSED = 1, 2  # the version word's flags
 
 
 def ipv4_checksum(header20: bytes | bytearray) -> int:
@@ -108,8 +117,9 @@ class SlotStore:
 
     def __init__(self, capacity: int = P.SLOT_CAPACITY):
         self.capacity = capacity
-        # slot_state word: gen(32) ++ session(64) ++ v1(72) ++ v0(72); each version word:
-        # rdy(8) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(32). Kept as ints, as in the P4.
+        # slot_state word: gen(32) ++ session(64) ++ v1(104) ++ v0(104); each version word:
+        # round(32) ++ flags(8: ready, closed) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(32).
+        # Kept as ints, as in the P4.
         self.state = [0] * capacity
         # slot_values as one row of K lanes per slot and version (index 2*slot+version): the
         # P4's VALUE_WORDS register words at (2*slot+version)*VALUE_WORDS + w, concatenated
@@ -236,13 +246,16 @@ class Pipeline:
             return []
         event, out = self._aggregate(port, frame, j, h)
         st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
+        if event in _LATE:
+            st.count("late_contribs", j["stat_idx"] * P.MAX_FAN_IN + h.contributor, nbytes)
         return out
 
     def _admission_drop(self, port: int, h: Header, j: dict[str, int]) -> int | None:
         """JobAdmission's verdict on a packet of a known job: why it is dropped, or DROP_NONE.
         `j` is the job's job_config entry (set_job's parameters)."""
         kind = h.flags & (FLAG_CONTRIB | FLAG_RESULT)
-        if h.flags & ~FLAGS_KNOWN & 0xFF or (kind != FLAG_CONTRIB and kind != FLAG_RESULT):
+        if h.flags & ~FLAGS_KNOWN & 0xFF or (kind != FLAG_CONTRIB and kind != FLAG_RESULT) \
+                or (kind == FLAG_RESULT and h.flags & FLAG_CLOSE):
             return P.JobDrop.BAD_FLAGS
         if kind == FLAG_CONTRIB:
             member = self.state.tables["membership"].entries.get((h.job_id, port))
@@ -254,7 +267,7 @@ class Pipeline:
             return P.JobDrop.FORGED_RESULT
         if h.slot >= j["pool_size"]:
             return P.JobDrop.SLOT_RANGE
-        if h.version > 1:
+        if h.version != h.round & 1:
             return P.JobDrop.BAD_VERSION
         return DROP_NONE
 
@@ -262,7 +275,7 @@ class Pipeline:
                    h: Header) -> tuple[int, list[tuple[int, bytes]]]:
         """Aggregation.aggregate(): both registers read and written once, one event. The steps
         are the P4 action's sections, in its order; each version word is the P4's
-        rdy ++ nsum ++ exp ++ count ++ bitmap, kept as an int."""
+        round ++ flags ++ nsum ++ exp ++ count ++ bitmap, kept as an int."""
         slots = self.slots
         idx = (j["pool_base"] + h.slot) & 0xFFFFFFFF
         if idx >= slots.capacity:
@@ -271,25 +284,20 @@ class Pipeline:
             return EVT_DUPLICATE, []
         gen = j["gen"]
         cur, oth = _version_words(slots.state[idx], gen, h)
-        mybit = (1 << h.contributor) & 0xFFFFFFFF
-        event, is_new = _event(cur, mybit, h, j)
-        if event == DROP_STALE_RESULT:
-            return event, []  # the slot is left exactly as it was, as in the P4 program
-        first = is_new and cur & 0xFFFFFFFF == 0
-        overwrite = event == EVT_DOWNLINK or first
+        v = _verdict(cur, h, j)
+        if v.event in _REFUSED:
+            return v.event, []  # the slot is left exactly as it was, as in the P4 program
+        overwrite = v.event == EVT_DOWNLINK or v.first
         vals = self._merge_values(((idx << 1) + h.version) & 0xFFFFFFFF, frame, overwrite,
-                                  is_new)
-        mine = _next_version_word(cur, mybit, h, event, is_new, overwrite)
-        # Joining this version means the sender has the other version's result, so its bit
-        # there is cleared: that lets the other version be reused once all have moved on.
-        other = oth & ~mybit & _MASK72 if is_new else oth
-        pair = (mine << 72) | other if h.version == 1 else (other << 72) | mine
-        slots.state[idx] = (gen << 208) | (h.session << 144) | pair
-        egress = self._egress_of(port, j, h, event)
+                                  v.is_new)
+        mine = _next_version_word(cur, h, v, overwrite)
+        pair = (mine << _WORD_BITS) | oth if h.version == 1 else (oth << _WORD_BITS) | mine
+        slots.state[idx] = (gen << 272) | (h.session << 208) | pair
+        egress = self._egress_of(port, j, h, v.event)
         if not egress:
-            return event, []
-        return event, self._peer_rewrite(frame, egress, _leaving_header(h, event, mine),
-                                         lanes.row_to_bytes(vals))
+            return v.event, []
+        return v.event, self._peer_rewrite(frame, egress, _leaving_header(h, v.event, mine),
+                                           lanes.row_to_bytes(vals))
 
     def _merge_values(self, vidx: int, frame: bytes, overwrite: bool, is_new: bool) -> int:
         """The slot's values (row `vidx`: its VALUE_WORDS register words) after the packet,
@@ -308,9 +316,9 @@ class Pipeline:
         """(egress port, rid) of every copy that leaves: the job's multicast group (replicas
         carry the group's rid), the asker alone (rid: its id), or the uplink; none when the
         event drops the packet (DROP_PORT)."""
-        if event == EVT_COMPLETE_ROOT or event == EVT_DOWNLINK:
+        if event in _MCAST:
             return list(self.state.mcast.get(j["mcast_grp"], ()))
-        if event == EVT_RESULT_AGAIN:
+        if event in _UNICAST:
             return [(port, h.contributor)]
         if event in _UP:
             return [(j["uplink_port"], 0)]
@@ -346,56 +354,98 @@ def _well_formed(frame: bytes) -> bool:
 def _version_words(word: int, gen: int, h: Header) -> tuple[int, int]:
     """The slot_state word's word of the packet's version and the other version's; both zero
     when another generation or another session wrote the slot (it reads as empty)."""
-    if word >> 208 != gen or (word >> 144) & _MASK64 != h.session:
+    if word >> 272 != gen or (word >> 208) & _MASK64 != h.session:
         return 0, 0
     if h.version == 1:
-        return (word >> 72) & _MASK72, word & _MASK72
-    return word & _MASK72, (word >> 72) & _MASK72
+        return (word >> _WORD_BITS) & _MASK_WORD, word & _MASK_WORD
+    return word & _MASK_WORD, (word >> _WORD_BITS) & _MASK_WORD
 
 
-def _event(cur: int, mybit: int, h: Header, j: dict[str, int]) -> tuple[int, bool]:
-    """The packet's one event (a JobEvent, or JobDrop.STALE_RESULT), and whether it is a new
-    contribution to this version (the sender's bit not yet set)."""
-    bm, ccnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
-    fan_in = j["fan_in"]
-    if h.flags & FLAG_RESULT == FLAG_RESULT:
-        return (DROP_STALE_RESULT if ccnt != fan_in else EVT_DOWNLINK), False
-    if bm & mybit == 0:
-        cnt = 1 if bm == 0 else (ccnt + 1) & 0xFF
-        return (EVT_PARTIAL if cnt != fan_in else
-                EVT_COMPLETE_ROOT if j["is_root"] == ROLE_ROOT else EVT_COMPLETE_UP), True
-    return (EVT_RESULT_AGAIN if (cur >> 64) & 0xFF != 0 else
-            EVT_RESEND_UP if ccnt == fan_in else EVT_DUPLICATE), False
+class Verdict(NamedTuple):
+    """What the aggregate action decided for one packet against its version's word."""
+
+    event: int  # a JobEvent, or JobDrop.STALE_RESULT / STALE_ROUND
+    is_new: bool  # a contribution counted now (not a duplicate, not late, not stale)
+    first: bool  # ... and the first of a newer round: it overwrites the slot
+    restart: bool  # the packet's round is newer than the held one, or none is held
+    cnt: int  # the round's count after the packet
 
 
-def _next_version_word(cur: int, mybit: int, h: Header, event: int, is_new: bool,
-                       overwrite: bool) -> int:
-    """The packet's version word after it: the spine's result or a round's first contribution
-    overwrite it, a new contribution adds to it, anything else leaves it as it was (a
-    result again, once final, stays ready)."""
-    bm, cnt = cur & 0xFFFFFFFF, (cur >> 32) & 0xFF
-    ex, ns, rdy = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
+def _verdict(cur: int, h: Header, j: dict[str, int]) -> Verdict:
+    """The P4's decisions, expression for expression: the packet's round against the one
+    this version holds (serial-number order), then its one event."""
+    bm, ccnt, flags = cur & _MASK32, (cur >> 32) & 0xFF, (cur >> 64) & 0xFF
+    mybit = (1 << h.contributor) & _MASK32
+    is_result = h.flags & FLAG_RESULT == FLAG_RESULT
+    used = bm != 0 or flags & _CLOSED != 0
+    d = (h.round - (cur >> 72)) & _MASK32
+    same = used and d == 0
+    older = used and d >> 31 == 1
+    restart = not used or (not same and not older)
+    closed = same and flags & _CLOSED != 0
+    ready = same and flags & _READY != 0
+    mine = same and bm & mybit != 0
+    is_new = not is_result and not older and (restart or (not mine and not closed))
+    first = is_new and restart
+    cnt = 1 if first else 0 if restart else (ccnt + 1) & 0xFF if is_new else ccnt
+    full = cnt == j["fan_in"]
+    completes = (not is_result and not older and not closed
+                 and ((is_new and full) or (h.flags & FLAG_CLOSE != 0 and cnt >= j["quorum"])))
+    root = j["is_root"] == ROLE_ROOT
+    if is_result:
+        event = DROP_STALE_RESULT if older else EVT_DOWNLINK
+    elif older:
+        event = DROP_STALE_ROUND
+    elif completes:
+        event = ((EVT_COMPLETE_ROOT if full else EVT_CLOSED_ROOT) if root else
+                 (EVT_COMPLETE_UP if full else EVT_CLOSED_UP))
+    elif is_new:
+        event = EVT_PARTIAL
+    elif mine:
+        event = EVT_RESULT_AGAIN if ready else EVT_RESEND_UP if closed else EVT_DUPLICATE
+    else:
+        event = EVT_LATE_RESULT if ready else EVT_LATE
+    return Verdict(event, is_new, first, restart, cnt)
+
+
+def _next_version_word(cur: int, h: Header, v: Verdict, overwrite: bool) -> int:
+    """The packet's version word after it: the spine's result or a newer round's first
+    contribution overwrite it, a new contribution adds to it, anything else leaves it as it
+    was (a result again, once final, stays ready). A newer round starts from the packet: its
+    sender alone, or (a result from the spine for a round this switch never closed) nobody."""
+    bm, rnd = cur & _MASK32, cur >> 72
+    ex, ns, flags = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
     if overwrite:
         ex, ns = h.exp, h.num_contrib
-    elif is_new:
+    elif v.is_new:
         ex = h.exp if h.exp > ex else ex
         ns = (ns + h.num_contrib) & 0xFFFF
-    if event == EVT_DOWNLINK or event == EVT_COMPLETE_ROOT:
-        rdy = 1
-    elif is_new and bm == 0:
-        rdy = 0
-    if is_new:
-        cnt = 1 if bm == 0 else (cnt + 1) & 0xFF
+    if v.event in _MCAST:
+        flags = _READY | _CLOSED
+    elif v.event == EVT_COMPLETE_UP or v.event == EVT_CLOSED_UP:
+        flags = _CLOSED
+    elif v.first:
+        flags = 0
+    mybit = (1 << h.contributor) & _MASK32
+    if v.restart:
+        bm, rnd = (mybit if v.is_new else 0), h.round
+    elif v.is_new:
         bm |= mybit
-    return (rdy << 64) | (ns << 48) | (ex << 40) | (cnt << 32) | bm
+    return (rnd << 72) | (flags << 64) | (ns << 48) | (ex << 40) | (v.cnt << 32) | bm
 
 
 def _leaving_header(h: Header, event: int, mine: int) -> Header:
     """The header of what leaves for `event`: the slot's exponent and contributor sum from its
-    version word `mine`, the flags of a sum going up (RETRANS when sent again) or of a result,
-    one level up when going up."""
-    level = (h.level + 1) & 0xFF if event in _UP else h.level
-    return Header(h.job_id, h.slot, h.contributor, _FLAGS_OUT[event], h.version, level, h.frag,
+    version word `mine`, the flags of a sum going up (RETRANS when sent again, CLOSE when the
+    packet carried it) or of a result, one level up when going up."""
+    if event in _UP:
+        level = (h.level + 1) & 0xFF
+        flags = FLAG_CONTRIB | (h.flags & FLAG_CLOSE)  # the hosts' CLOSE goes up with the sum
+        if event == EVT_RESEND_UP:
+            flags |= FLAG_RETRANS
+    else:
+        level, flags = h.level, FLAG_RESULT
+    return Header(h.job_id, h.slot, h.contributor, flags, h.version, level, h.frag, h.round,
                   (mine >> 48) & 0xFFFF, (mine >> 40) & 0xFF, h.tag, h.session)
 
 

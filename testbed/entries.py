@@ -55,16 +55,19 @@ def job_entries(dev: int, job_id: int, members: dict[int, int | tuple[int, int]]
                 pool_base: int = 0, pool_size: int = 16, gen: int = 1, stat_idx: int = 0,
                 mcast_grp: int | None = None, uplink: Uplink | None = None,
                 member_switches: dict[int, int] | None = None, guard: bool = True,
-                agent_port_of: Callable[[int, int], int] = agent_port) -> Desired:
+                agent_port_of: Callable[[int, int], int] = agent_port,
+                quorum: int = 0) -> Desired:
     """A job's entries on switch `dev` under this module's address scheme, as the installer
     describes them (see install_job for the parameters); agent_port_of(port, rank): the UDP
-    port a member's rank-th contributor receives results on."""
+    port a member's rank-th contributor receives results on; quorum: what a CLOSE request
+    may complete a round with (0: the fan-in)."""
     grp = mcast_grp if mcast_grp is not None else 100 + job_id
     ranges = {port: m if isinstance(m, tuple) else (m, 1) for port, m in members.items()}
     switches = member_switches or {}
     fan_in = sum(n for _, n in ranges.values()) + len(switches)
     d = Desired(JobConfig(job_id, pool_base, pool_size, fan_in, grp, gen,
-                          int(uplink is None), uplink.port if uplink else 0, stat_idx))
+                          int(uplink is None), uplink.port if uplink else 0, stat_idx,
+                          quorum))
     for port, (first, count) in ranges.items():
         d.members[port] = (first, count)
         for rank in range(count):
@@ -93,7 +96,7 @@ def install_job(sw: SwitchWriter, dev: int, job_id: int,
                 pool_base: int = 0, pool_size: int = 16, gen: int = 1, stat_idx: int = 0,
                 mcast_grp: int | None = None, uplink: Uplink | None = None,
                 member_switches: dict[int, int] | None = None,
-                guard: bool = True) -> JobConfig:
+                guard: bool = True, quorum: int = 0) -> JobConfig:
     """Install a job on switch `dev` with the controller's installer (all entries or none).
     members: port -> contributor id of a host, or (first id, count) for a host whose ranks
     stream on their own (switch-only INA; rank i receives on agent_port(port, i));
@@ -102,7 +105,7 @@ def install_job(sw: SwitchWriter, dev: int, job_id: int,
     (result_guard), as the controller does."""
     d = job_entries(dev, job_id, members, pool_base=pool_base, pool_size=pool_size, gen=gen,
                     stat_idx=stat_idx, mcast_grp=mcast_grp, uplink=uplink,
-                    member_switches=member_switches, guard=guard)
+                    member_switches=member_switches, guard=guard, quorum=quorum)
     installer.install(sw, d)
     return d.job
 
@@ -123,13 +126,18 @@ def to_switch(dev: int, port: int, payload: bytes, sport: int | None = None, *,
                  / IP(src=host_ip(dev, port), dst=switch_ip(dev)) / udp / payload)
 
 
-def contribution(dev: int, port: int, values, *, job_id: int, slot: int = 0, version: int = 0,
+def contribution(dev: int, port: int, values, *, job_id: int, slot: int = 0,
+                 version: int | None = None,
                  contributor: int | None = None, frag: int = 0, num_contrib: int = 1,
                  exp: int = 0, flags: int = int(P.Flag.CONTRIB), level: int = 0,
-                 tag: int = 0, session: int = SESSION) -> bytes:
-    """A full frame as a host on `port` would send it to its switch."""
+                 tag: int = 0, session: int = SESSION, round: int | None = None) -> bytes:
+    """A full frame as a host on `port` would send it to its switch. Give `round` (the version
+    is its low bit) or `version` (the slot's first or second round); both only to send a
+    version that does not match the round. Neither: round 0."""
+    rnd = {k: v for k, v in (("version", version), ("round", round)) if v is not None} \
+        or {"round": 0}
     payload = packet.pack(np.asarray(values, dtype=np.int64), job_id=job_id, slot=slot,
-                          version=version, contributor=port - 1 if contributor is None
+                          **rnd, contributor=port - 1 if contributor is None
                           else contributor, frag=frag, num_contrib=num_contrib, exp=exp,
                           flags=flags, level=level, tag=tag, session=session)
     return to_switch(dev, port, payload)

@@ -12,7 +12,7 @@ from scapy.packet import Packet, bind_layers
 
 from passing import protocol as P
 
-_FLAG_NAMES = ["CONTRIB", "RESULT", "RETRANS", "b3", "b4", "b5", "b6", "b7"]
+_FLAG_NAMES = ["CONTRIB", "RESULT", "RETRANS", "CLOSE", "b4", "b5", "b6", "b7"]
 
 
 def _field(f: P.Field):

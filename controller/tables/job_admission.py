@@ -21,10 +21,17 @@ class JobConfig:
     is_root: int
     uplink_port: int
     stat_idx: int
+    # Contributions a CLOSE request may complete a round with (docs/protocol.md, Quorum);
+    # 0 means fan_in: every round waits for everyone (bulk-synchronous).
+    quorum: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.fan_in <= P.MAX_FAN_IN:
             raise ValueError(f"fan-in {self.fan_in} outside 1..{P.MAX_FAN_IN}")
+        if self.quorum == 0:
+            object.__setattr__(self, "quorum", self.fan_in)
+        if not 1 <= self.quorum <= self.fan_in:
+            raise ValueError(f"quorum {self.quorum} outside 1..{self.fan_in} (the fan-in)")
         if self.pool_size < 1 or self.pool_base + self.pool_size > P.SLOT_CAPACITY:
             raise ValueError(f"pool {self.pool_base}+{self.pool_size} outside the switch's "
                              f"{P.SLOT_CAPACITY} slots")

@@ -1,16 +1,18 @@
 /* Slot pools: the SwitchML aggregation protocol with two versions per slot, generalised to a
  * two-level tree (ATP-style: a non-root switch sends its finished slot up as one contribution and
- * multicasts the result that comes back down).
+ * multicasts the result that comes back down), with explicit rounds and quorum completion.
  *
- * State per slot (register slot_state, 240 bits):
- *   [239:208] gen      job generation that wrote it
- *   [207:144] session  the agents' session that wrote it
+ * State per slot (register slot_state, 304 bits):
+ *   [303:272] gen      job generation that wrote it
+ *   [271:208] session  the agents' session that wrote it
  *   Slot state of any other (gen, session) reads as empty: a contribution of a new session
  *   takes the slot over, so no session ever sees another's sums (docs/protocol.md, Sessions).
- *   [143:72]  version 1 word, [71:0] version 0 word, each:
+ *   [207:104] version 1 word, [103:0] version 0 word, each:
  *     [31:0] contributor bitmap  [39:32] count  [47:40] max exp  [63:48] sum of num_contrib
- *     [71:64] rdy: the slot holds the final result (at a root as soon as it completes; at a
- *             non-root once the result came back from the spine)
+ *     [64] ready: the slot holds the round's final result (at a root as soon as it completes;
+ *          at a non-root once the result came back from the spine)
+ *     [65] closed: the round completed here (at a non-root: its sum went up)
+ *     [103:72] round: the slot's round this version holds (docs/protocol.md, Rounds)
  * Values per slot and version (register slot_values): the K lanes of the running sum in
  * VALUE_WORDS 2048-bit words of 64 lanes, word w of version v of slot s at index
  * (2*s+v)*VALUE_WORDS + w (word 0 holds values 0..63, as hdr.values.w0). Each word is added
@@ -18,10 +20,10 @@
  * carry can never leave its lane, and the top bits are then restored by XOR. That gives exact
  * 32-bit wrap-around sums per lane.
  *
- * BMv2 pays per action, table and primitive, not per bit, so this control is straight-line code:
- * slot_state is read and written once per packet, and each of the slot's value words once (a
- * write of an unchanged value where the packet changes nothing), and every decision is an
- * expression. The words are spelled out one by one (MERGE_WORD below): P4 has no loops in
+ * BMv2 pays per action, table and primitive, not per bit, so this control is straight-line code
+ * (four actions, below): slot_state is read and written once per packet, and each of the
+ * slot's value words once (a write of an unchanged value where the packet changes nothing), and
+ * every decision is an expression. The words are spelled out one by one (MERGE_WORD below): P4 has no loops in
  * actions, and one action of straight-line code is what BMv2 runs fastest. The packet's fate is
  * one event (EVT_* in config.p4), which the ingress counts and which sets where the packet goes.
  */
@@ -45,44 +47,91 @@
 
 control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t sm,
                     out bit<8> event) {
-    @name(".slot_state") register<bit<240>>(SLOT_CAPACITY) slot_state;
+    @name(".slot_state") register<bit<304>>(SLOT_CAPACITY) slot_state;
     @name(".slot_values") register<bit<WORD_BITS>>(SLOT_CAPACITY * 2 * VALUE_WORDS) slot_values;
 
-    /* One action: inside an action p4c keeps ?: as an expression for BMv2, where in an apply
-     * block it would turn each one into branches, tables and actions. */
-    action aggregate() {
-        bit<32> idx = meta.job.pool_base + (bit<32>)hdr.passing.slot;
-        bit<32> vbase = ((idx << 1) + (bit<32>)hdr.passing.version) * VALUE_WORDS;
-        bit<240> st;
-        slot_state.read(st, idx);
+    /* Four actions of straight-line code, in order: inside an action p4c keeps ?: as an
+     * expression for BMv2, where in an apply block it would turn each one into branches,
+     * tables and actions. Four, not one: within an action p4c replaces every read of a value
+     * written earlier in it by that value's whole expression, and the decisions nest (one
+     * action made a 17 MB JSON); what one action leaves in meta.agg the next reads as a field. */
 
-        /* This version's word and the other one; all zero if written by another generation
-         * or another session. */
-        bool fresh = st[239:208] == meta.job.gen && st[207:144] == hdr.passing.session;
+    /* The slot's state and the packet's version's word (zero if another session's). */
+    action load() {
+        meta.agg.idx = meta.job.pool_base + (bit<32>)hdr.passing.slot;
+        slot_state.read(meta.agg.st, meta.agg.idx);
+        bit<304> st = meta.agg.st;
+        bool fresh = st[303:272] == meta.job.gen && st[271:208] == hdr.passing.session;
         bool v1 = hdr.passing.version == 1;
-        bit<72> cur = !fresh ? 72w0 : (v1 ? st[143:72] : st[71:0]);
-        bit<72> oth = !fresh ? 72w0 : (v1 ? st[71:0] : st[143:72]);
-        bit<32> mybit = 32w1 << hdr.passing.contributor;
-        bit<8> fan_in = meta.job.fan_in;
+        meta.agg.cur = !fresh ? 104w0 : (v1 ? st[207:104] : st[103:0]);
+        meta.agg.oth = !fresh ? 104w0 : (v1 ? st[103:0] : st[207:104]);
+    }
 
+    /* The packet's round against the one its version holds, in serial-number order (RFC
+     * 1982): older means the slot has left the packet's round behind. A version holds a round
+     * once a contribution started it or a result from the spine closed it. */
+    action place() {
+        bit<104> cur = meta.agg.cur;
+        bool used = cur[31:0] != 0 || cur[65:65] == 1;
+        bit<32> d = hdr.passing.round - cur[103:72];
+        bool same = used && d == 0;
+        meta.agg.same = same ? 1w1 : 1w0;
+        meta.agg.older = (used && d[31:31] == 1) ? 1w1 : 1w0;
+        meta.agg.closed = (same && cur[65:65] == 1) ? 1w1 : 1w0;
+        meta.agg.ready = (same && cur[64:64] == 1) ? 1w1 : 1w0;
+        meta.agg.mine = (same && (cur[31:0] & (32w1 << hdr.passing.contributor)) != 0) ?
+                        1w1 : 1w0;
+    }
+
+    /* The packet's one event. */
+    action decide() {
         bool is_result = (hdr.passing.flags & FLAG_RESULT) == FLAG_RESULT;
-        /* A new contribution; the first of a round finds the bitmap empty. */
-        bool is_new = !is_result && (cur[31:0] & mybit) == 0;
-        bool first = cur[31:0] == 0;
-        bit<8> cnt = !is_new ? cur[39:32] : (first ? 8w1 : cur[39:32] + 1);
+        bool close = (hdr.passing.flags & FLAG_CLOSE) == FLAG_CLOSE;
+        bool older = meta.agg.older == 1;
+        bool closed = meta.agg.closed == 1;
+        bool ready = meta.agg.ready == 1;
+        bool mine = meta.agg.mine == 1;
+        /* A new contribution: the first of a newer round, or one not yet counted in a round
+         * still open. A contribution after its round closed is late and never added. */
+        bool restart = meta.agg.same == 0 && !older;
+        bool is_new = !is_result && !older && (restart || (!mine && !closed));
+        bool first = is_new && restart;
+        bit<8> cnt = first ? 8w1 : (restart ? 8w0 :
+                     (is_new ? meta.agg.cur[39:32] + 1 : meta.agg.cur[39:32]));
+        bool full = cnt == meta.job.fan_in;
+        bool completes = !is_result && !older && !closed &&
+                         ((is_new && full) || (close && cnt >= meta.job.quorum));
+        meta.agg.is_new = is_new ? 1w1 : 1w0;
+        meta.agg.first = first ? 1w1 : 1w0;
+        meta.agg.restart = restart ? 1w1 : 1w0;
+        meta.agg.cnt = cnt;
+        meta.agg.event =
+            is_result ? (older ? DROP_STALE_RESULT : EVT_DOWNLINK) :
+            (older ? DROP_STALE_ROUND :
+            (completes ? (meta.job.is_root == ROLE_ROOT ?
+                              (full ? EVT_COMPLETE_ROOT : EVT_CLOSED_ROOT) :
+                              (full ? EVT_COMPLETE_UP : EVT_CLOSED_UP)) :
+            (is_new ? EVT_PARTIAL :
+            (mine ? (ready ? EVT_RESULT_AGAIN : (closed ? EVT_RESEND_UP : EVT_DUPLICATE)) :
+            (ready ? EVT_LATE_RESULT : EVT_LATE)))));
+    }
 
-        event = is_result ?
-                    (cur[39:32] != fan_in ? DROP_STALE_RESULT : EVT_DOWNLINK) :
-                (is_new ?
-                    (cnt != fan_in ? EVT_PARTIAL :
-                     (meta.job.is_root == ROLE_ROOT ? EVT_COMPLETE_ROOT : EVT_COMPLETE_UP)) :
-                (cur[71:64] != 0 ? EVT_RESULT_AGAIN :
-                 (cur[39:32] == fan_in ? EVT_RESEND_UP : EVT_DUPLICATE)));
-        bool stored = event == EVT_DOWNLINK;
+    /* The slot after the packet, written back, and what leaves where. */
+    action commit() {
+        bit<104> cur = meta.agg.cur;
+        bit<8> ev = meta.agg.event;
+        bool is_new = meta.agg.is_new == 1;
+        bool first = meta.agg.first == 1;
+        bool restart = meta.agg.restart == 1;
+        bool stored = ev == EVT_DOWNLINK;
+        bool final = ev == EVT_COMPLETE_ROOT || ev == EVT_CLOSED_ROOT;
+        bool up = ev == EVT_COMPLETE_UP || ev == EVT_CLOSED_UP;
+        bit<32> mybit = 32w1 << hdr.passing.contributor;
+        bit<32> vbase = ((meta.agg.idx << 1) + (bit<32>)hdr.passing.version) * VALUE_WORDS;
 
-        /* Values: the spine's result, or the first contribution, overwrite; later
+        /* Values: the spine's result, or a round's first contribution, overwrite; later
          * contributions add; anything else leaves the slot as it is. */
-        bool overwrite = stored || (is_new && first);
+        bool overwrite = stored || first;
         MERGE_WORD(0)
 #if VALUE_WORDS > 1
         MERGE_WORD(1)
@@ -96,34 +145,43 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     ((is_new && hdr.passing.exp > cur[47:40]) ? hdr.passing.exp : cur[47:40]);
         bit<16> ns = overwrite ? hdr.passing.num_contrib :
                      (is_new ? cur[63:48] + hdr.passing.num_contrib : cur[63:48]);
-        bit<8> rdy = (stored || event == EVT_COMPLETE_ROOT) ? 8w1 :
-                     ((is_new && first) ? 8w0 : cur[71:64]);
-        bit<32> bm = is_new ? cur[31:0] | mybit : cur[31:0];
-        /* Joining this version means the sender has the other version's result, so its bit
-         * there is cleared: that lets the other version be reused once all have moved on. */
-        bit<72> other = is_new ? oth & ~((bit<72>)mybit) : oth;
-        bit<72> mine = rdy ++ ns ++ ex ++ cnt ++ bm;
-        /* A refused result leaves the slot exactly as it was: only contributions may take a
-         * slot over for their session. */
-        slot_state.write(idx, event == DROP_STALE_RESULT ? st :
-                              meta.job.gen ++ hdr.passing.session ++
-                              (v1 ? mine ++ other : other ++ mine));
+        bit<8> flags = (stored || final) ? 8w3 : (up ? 8w2 : (first ? 8w0 : cur[71:64]));
+        /* A newer round starts from the packet: its sender alone, or (a result from the spine
+         * for a round this switch never closed) nobody. */
+        bit<32> bm = restart ? (is_new ? mybit : 32w0) :
+                     (is_new ? cur[31:0] | mybit : cur[31:0]);
+        bit<32> rnd = restart ? hdr.passing.round : cur[103:72];
+        bit<104> word = rnd ++ flags ++ ns ++ ex ++ meta.agg.cnt ++ bm;
+        /* A refused packet leaves the slot exactly as it was: only contributions, and results
+         * from the spine, of a round not left behind may take a slot over for their session. */
+        slot_state.write(meta.agg.idx,
+                         (ev == DROP_STALE_RESULT || ev == DROP_STALE_ROUND) ? meta.agg.st :
+                         meta.job.gen ++ hdr.passing.session ++
+                         (hdr.passing.version == 1 ? word ++ meta.agg.oth :
+                                                     meta.agg.oth ++ word));
 
-        /* What leaves, and where. Dropped events leave nothing. */
-        bool up = event == EVT_COMPLETE_UP || event == EVT_RESEND_UP;
+        /* What leaves, and where. Dropped events leave nothing. A sum that goes up carries
+         * the hosts' CLOSE: their patience ran out at the level above too. */
+        bool resend = ev == EVT_RESEND_UP;
+        bool unicast = ev == EVT_RESULT_AGAIN || ev == EVT_LATE_RESULT;
         hdr.passing.exp = ex;
         hdr.passing.num_contrib = ns;
-        hdr.passing.flags = (event == EVT_COMPLETE_UP) ? FLAG_CONTRIB :
-                            ((event == EVT_RESEND_UP) ? (FLAG_CONTRIB | FLAG_RETRANS) : FLAG_RESULT);
-        hdr.passing.level = up ? hdr.passing.level + 1 : hdr.passing.level;
-        sm.mcast_grp = (event == EVT_COMPLETE_ROOT || stored) ? meta.job.mcast_grp : 16w0;
-        meta.reply_rid = (event == EVT_RESULT_AGAIN) ? (bit<16>)hdr.passing.contributor : 16w0;
-        sm.egress_spec = (event == EVT_RESULT_AGAIN) ? sm.ingress_port :
-                         (up ? meta.job.uplink_port : DROP_PORT);
+        hdr.passing.flags = up ? (FLAG_CONTRIB | (hdr.passing.flags & FLAG_CLOSE)) :
+                            (resend ? (FLAG_CONTRIB | FLAG_RETRANS |
+                                       (hdr.passing.flags & FLAG_CLOSE)) : FLAG_RESULT);
+        hdr.passing.level = (up || resend) ? hdr.passing.level + 1 : hdr.passing.level;
+        sm.mcast_grp = (final || stored) ? meta.job.mcast_grp : 16w0;
+        meta.reply_rid = unicast ? (bit<16>)hdr.passing.contributor : 16w0;
+        sm.egress_spec = unicast ? sm.ingress_port :
+                         ((up || resend) ? meta.job.uplink_port : DROP_PORT);
     }
 
     apply {
-        aggregate();
+        load();
+        place();
+        decide();
+        commit();
+        event = meta.agg.event;
     }
 }
 

@@ -12,7 +12,7 @@
 
 /* 64 lanes x 32 bits fill one 2048-bit word, the widest register p4c accepts; a slot's K values
  * are VALUE_WORDS such words, each read, added and written with one primitive per packet (see
- * aggregation.p4). Only whole words: K is a multiple of 64, and at most 256 (a 1090-byte frame). */
+ * aggregation.p4). Only whole words: K is a multiple of 64, and at most 256 (a 1094-byte frame). */
 #define WORD_BITS 2048
 #if PASSING_K == 64
 #define VALUE_WORDS 1
@@ -27,7 +27,7 @@
 /* Slots per switch (each slot has two versions) and rows of per-job counters. */
 #define SLOT_CAPACITY 4096
 #define MAX_JOBS 256
-#define JOB_STATS_STRIDE 16
+#define JOB_STATS_STRIDE 32
 #define GLOBAL_DROP_SLOTS 8
 
 const bit<16> PASSING_UDP_PORT = 48879;
@@ -35,18 +35,20 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<8>  IP_PROTO_UDP = 17;
 
 /* Byte counts used to reject truncated or padded aggregation packets. */
-const bit<16> PASSING_HDR_BYTES = 24;
-const bit<16> PASSING_UDP_LEN = 8 + 24 + (PASSING_K * 4);
-const bit<16> PASSING_IPV4_LEN = 20 + 8 + 24 + (PASSING_K * 4);
+const bit<16> PASSING_HDR_BYTES = 28;
+const bit<16> PASSING_UDP_LEN = 8 + 28 + (PASSING_K * 4);
+const bit<16> PASSING_IPV4_LEN = 20 + 8 + 28 + (PASSING_K * 4);
 
 /* flags */
 const bit<8> FLAG_CONTRIB = 0x01;
 const bit<8> FLAG_RESULT  = 0x02;
 const bit<8> FLAG_RETRANS = 0x04;
-const bit<8> FLAGS_KNOWN  = 0x07;
+/* A host that waited long enough: complete the round with a quorum (CONTRIB only). */
+const bit<8> FLAG_CLOSE   = 0x08;
+const bit<8> FLAGS_KNOWN  = 0x0f;
 
 /* Per-job events, counted in job_stats[stat_idx * JOB_STATS_STRIDE + event]: exactly one per
- * packet that names a known job. 0..5 are drops (by reason), 8..14 what the slot did. */
+ * packet that names a known job. 0..7 are drops (by reason), 8..18 what the slot did. */
 const bit<8> DROP_NONE            = 0xff;
 const bit<8> DROP_NOT_MEMBER      = 0;
 const bit<8> DROP_BAD_CONTRIBUTOR = 1;
@@ -55,6 +57,7 @@ const bit<8> DROP_BAD_VERSION     = 3;
 const bit<8> DROP_BAD_FLAGS       = 4;
 const bit<8> DROP_STALE_RESULT    = 5;
 const bit<8> DROP_FORGED_RESULT   = 6;   /* claims to be a result, from where none may come */
+const bit<8> DROP_STALE_ROUND     = 7;   /* a contribution of a round the slot left behind */
 const bit<8> EVT_PARTIAL          = 8;   /* new contribution, slot not complete: consumed */
 const bit<8> EVT_COMPLETE_ROOT    = 9;   /* new contribution completed the slot: multicast */
 const bit<8> EVT_COMPLETE_UP      = 10;  /* new contribution completed the rack sum: sent up */
@@ -62,6 +65,13 @@ const bit<8> EVT_DUPLICATE        = 11;  /* already counted, round not finished:
 const bit<8> EVT_RESULT_AGAIN     = 12;  /* already counted, slot final: result unicast back */
 const bit<8> EVT_RESEND_UP        = 13;  /* already counted, rack sum waiting: sent up again */
 const bit<8> EVT_DOWNLINK         = 14;  /* result from the spine: stored, multicast down */
+const bit<8> EVT_LATE             = 15;  /* after its round closed, result not back: dropped */
+const bit<8> EVT_LATE_RESULT      = 16;  /* after its round completed: result unicast back */
+const bit<8> EVT_CLOSED_ROOT      = 17;  /* CLOSE completed the slot with a quorum: multicast */
+const bit<8> EVT_CLOSED_UP        = 18;  /* CLOSE completed the rack sum with a quorum: up */
+
+/* Late contributions per contributor id: late_contribs[stat_idx * MAX_FAN_IN + contributor]. */
+#define MAX_FAN_IN 32
 
 /* Drops that belong to no job (index in global_drops). */
 const bit<8> GDROP_UNKNOWN_JOB = 0;

@@ -41,6 +41,9 @@ header passing_t {
     bit<8>  version;
     bit<8>  level;
     bit<32> frag;
+    /* The slot's round in this session (0, 1, 2, ...; version is its low bit): the switch keeps
+     * the round each version holds, so a late packet is never taken for a new round. */
+    bit<32> round;
     bit<16> num_contrib;
     bit<8>  exp;
     bit<8>  tag;
@@ -77,6 +80,7 @@ struct job_md_t {
     bit<32> pool_base;
     bit<16> pool_size;
     bit<8>  fan_in;
+    bit<8>  quorum;        /* contributions a CLOSE request may complete a round with */
     bit<16> mcast_grp;
     bit<32> gen;
     bit<1>  is_root;
@@ -87,8 +91,27 @@ struct job_md_t {
     bit<8>  member_count;  /* how many: 1 for a server (PASSING), its GPUs for switch-only INA */
 }
 
+/* What the Aggregation control's actions hand each other (see aggregation.p4). */
+struct agg_md_t {
+    bit<32>  idx;      /* the slot's register index */
+    bit<304> st;       /* its slot_state word as read */
+    bit<104> cur;      /* the word of the packet's version (zero if another session's) */
+    bit<104> oth;      /* ... of the other version */
+    bit<1>   same;     /* the version holds the packet's round */
+    bit<1>   older;    /* ... a round after the packet's */
+    bit<1>   closed;   /* the held round completed here */
+    bit<1>   ready;    /* ... and its final result is here */
+    bit<1>   mine;     /* the sender is in the held round's bitmap */
+    bit<8>   event;    /* the packet's one event */
+    bit<1>   is_new;   /* a contribution counted now */
+    bit<1>   first;    /* ... the first of a newer round: it overwrites */
+    bit<1>   restart;  /* the packet's round is newer than the held one, or none is held */
+    bit<8>   cnt;      /* the round's count after the packet */
+}
+
 struct metadata_t {
     job_md_t job;
+    agg_md_t agg;
     bit<1>   flooded;
     /* A unicast answer goes to the contributor that asked; multicast replicas carry theirs in
      * egress_rid. Egress looks peers up by (job, port, rid) so ranks behind one port differ. */

@@ -11,12 +11,13 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
     /* One entry per job at this switch. gen makes slot state left by any earlier job count as
      * empty (BMv2's P4Runtime cannot clear registers); is_root/uplink_port give the job's role. */
     @name(".set_job") action set_job(bit<32> pool_base, bit<16> pool_size, bit<8> fan_in,
-                                     bit<16> mcast_grp, bit<32> gen, bit<1> is_root,
-                                     bit<9> uplink_port, bit<32> stat_idx) {
+                                     bit<8> quorum, bit<16> mcast_grp, bit<32> gen,
+                                     bit<1> is_root, bit<9> uplink_port, bit<32> stat_idx) {
         meta.job.hit = 1;
         meta.job.pool_base = pool_base;
         meta.job.pool_size = pool_size;
         meta.job.fan_in = fan_in;
+        meta.job.quorum = quorum;
         meta.job.mcast_grp = mcast_grp;
         meta.job.gen = gen;
         meta.job.is_root = is_root;
@@ -54,7 +55,9 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
     action check() {
         bit<8> kind = hdr.passing.flags & (FLAG_CONTRIB | FLAG_RESULT);
         jdrop = ((hdr.passing.flags & ~FLAGS_KNOWN) != 0 ||
-                 (kind != FLAG_CONTRIB && kind != FLAG_RESULT)) ? DROP_BAD_FLAGS :
+                 (kind != FLAG_CONTRIB && kind != FLAG_RESULT) ||
+                 (kind == FLAG_RESULT && (hdr.passing.flags & FLAG_CLOSE) != 0)) ?
+                    DROP_BAD_FLAGS :
                 ((kind == FLAG_CONTRIB) ?
                     ((meta.job.is_member == 0) ? DROP_NOT_MEMBER :
                      /* one unsigned compare: ids below the range wrap to large values */
@@ -65,7 +68,8 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
                   sm.ingress_port != meta.job.uplink_port) ? DROP_FORGED_RESULT : DROP_NONE));
         jdrop = (jdrop != DROP_NONE) ? jdrop :
                 ((hdr.passing.slot >= meta.job.pool_size) ? DROP_SLOT_RANGE :
-                 ((hdr.passing.version > 1) ? DROP_BAD_VERSION : DROP_NONE));
+                 ((hdr.passing.version != (bit<8>)hdr.passing.round[0:0]) ? DROP_BAD_VERSION :
+                  DROP_NONE));
     }
 
     apply {

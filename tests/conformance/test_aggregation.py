@@ -131,18 +131,18 @@ def test_slot_reuse_alternates_versions(star):
     rounds = [rand_values(rng, 2) for _ in range(3)]
     for r, vals in enumerate(rounds[:2]):
         for i, p in enumerate((1, 2)):
-            sw.test_ports[p].send(contribution(DEV, p, vals[i], job_id=5, slot=0, version=r % 2,
+            sw.test_ports[p].send(contribution(DEV, p, vals[i], job_id=5, slot=0, round=r,
                                                frag=r))
         for _, rec in expect_results(star, [1, 2]).values():
             assert np.array_equal(rec["values"], vals.sum(axis=0).astype(np.int32))
     # Round 2 (version 0) starts with host 1 only; host 2 retransmits round 1 (version 1).
-    sw.test_ports[1].send(contribution(DEV, 1, rounds[2][0], job_id=5, slot=0, version=0, frag=2))
-    sw.test_ports[2].send(contribution(DEV, 2, rounds[1][1], job_id=5, slot=0, version=1, frag=1,
+    sw.test_ports[1].send(contribution(DEV, 1, rounds[2][0], job_id=5, slot=0, round=2, frag=2))
+    sw.test_ports[2].send(contribution(DEV, 2, rounds[1][1], job_id=5, slot=0, round=1, frag=1,
                                        flags=P.Flag.CONTRIB | P.Flag.RETRANS))
     _, rec = expect_results(star, [2])[2]
     assert rec["frag"] == 1
     assert np.array_equal(rec["values"], rounds[1].sum(axis=0).astype(np.int32))
-    sw.test_ports[2].send(contribution(DEV, 2, rounds[2][1], job_id=5, slot=0, version=0, frag=2))
+    sw.test_ports[2].send(contribution(DEV, 2, rounds[2][1], job_id=5, slot=0, round=2, frag=2))
     for _, rec in expect_results(star, [1, 2]).values():
         assert rec["frag"] == 2
         assert np.array_equal(rec["values"], rounds[2].sum(axis=0).astype(np.int32))

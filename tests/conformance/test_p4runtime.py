@@ -60,8 +60,10 @@ def test_table_and_group_round_trip(star):
 def test_counters_start_at_zero_and_have_the_declared_size(star):
     conn = star["s1"].conn
     cells = conn.read_counter("job_stats")
-    assert len(cells) == 256 * 16 and all(v == (0, 0) for v in cells.values())
+    assert len(cells) == 256 * 32 and all(v == (0, 0) for v in cells.values())
     assert len(conn.read_counter("global_drops")) == P.GLOBAL_DROP_SLOTS == 8
+    late = conn.read_counter("late_contribs")
+    assert len(late) == 256 * P.MAX_FAN_IN and all(v[0] == 0 for v in late.values())
 
 
 def test_second_controller_with_lower_election_id_cannot_write(star):
@@ -82,5 +84,5 @@ def test_value_too_wide_for_a_parameter_is_refused_before_sending(star):
     conn = star["s1"].conn
     with pytest.raises(SwitchError, match="does not fit in 16 bits"):
         conn.table_update(Update.INSERT, "job_config", {"job_id": 1}, "set_job",
-                          dict(pool_base=0, pool_size=1 << 16, fan_in=1, mcast_grp=1, gen=1,
-                               is_root=1, uplink_port=0, stat_idx=0))
+                          dict(pool_base=0, pool_size=1 << 16, fan_in=1, quorum=1, mcast_grp=1,
+                               gen=1, is_root=1, uplink_port=0, stat_idx=0))

@@ -116,9 +116,10 @@ def test_table_defaults_are_the_ones_the_model_assumes(build):
 @needs_p4c
 def test_registers_and_counters_have_the_documented_shapes(build):
     info = P4InfoIndex.from_file(build / "passing.p4info.txtpb")
-    assert info.register("slot_state").type_spec.bitstring.bit.bitwidth == 240
+    assert info.register("slot_state").type_spec.bitstring.bit.bitwidth == 304
     assert info.register("slot_values").type_spec.bitstring.bit.bitwidth == 2048
     assert info.register("slot_values").size == 2 * P.SLOT_CAPACITY * P.VALUE_WORDS
-    assert info.counter("job_stats").size == 256 * 16
+    assert info.counter("job_stats").size == 256 * 32
+    assert info.counter("late_contribs").size == 256 * P.MAX_FAN_IN
     assert sorted(info.names("table")) == ["job_config", "l2_forward", "membership",
                                            "peer_rewrite", "result_guard"]

@@ -65,7 +65,7 @@ def p4_const(name: str) -> int:
 def test_passing_header_fields_match():
     python_fields = [(f.name, f.bits) for f in P.HEADER_FIELDS]
     assert p4_header_fields("passing_t") == python_fields
-    assert sum(b for _, b in python_fields) == 8 * P.HEADER_BYTES == 192
+    assert sum(b for _, b in python_fields) == 8 * P.HEADER_BYTES == 224
 
 
 def test_k_default_and_choices_match():
@@ -115,6 +115,7 @@ def test_capacities_and_port_match():
     assert p4_define("MAX_JOBS") == P.MAX_JOBS
     assert p4_define("JOB_STATS_STRIDE") == P.JOB_STATS_STRIDE
     assert p4_define("GLOBAL_DROP_SLOTS") == P.GLOBAL_DROP_SLOTS
+    assert p4_define("MAX_FAN_IN") == P.MAX_FAN_IN
     assert p4_const("PASSING_UDP_PORT") == P.PASSING_UDP_PORT
 
 
@@ -122,6 +123,7 @@ def test_flags_and_drop_reasons_match():
     assert p4_const("FLAG_CONTRIB") == P.Flag.CONTRIB
     assert p4_const("FLAG_RESULT") == P.Flag.RESULT
     assert p4_const("FLAG_RETRANS") == P.Flag.RETRANS
+    assert p4_const("FLAG_CLOSE") == P.Flag.CLOSE
     assert p4_const("FLAGS_KNOWN") == P.FLAGS_MASK
     for reason in P.JobDrop:
         assert p4_const("DROP_" + reason.name) == reason.value, reason
@@ -174,7 +176,8 @@ def test_doc_example_payload_decodes_as_described():
     wire = bytes.fromhex("".join(hexes.split()))
     rec = packet.unpack(wire)
     assert packet.header_dict(rec) == dict(job_id=7, slot=3, contributor=1, flags=1, version=0,
-                                           level=0, frag=10, num_contrib=2, exp=130, tag=0,
+                                           level=0, frag=10, round=4, num_contrib=2, exp=130,
+                                           tag=0,
                                            session=0x0123456789ABCDEF)
     assert rec["values"][:5].tolist() == [1, -1, 2**31 - 1, -(2**31), 0]
 

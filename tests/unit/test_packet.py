@@ -16,8 +16,9 @@ def header_strategy():
         "slot": st.integers(0, 0xFFFF),
         "contributor": st.integers(0, P.MAX_FAN_IN - 1),
         "flags": st.sampled_from([P.Flag.CONTRIB, P.Flag.RESULT,
-                                  P.Flag.CONTRIB | P.Flag.RETRANS, P.Flag.RESULT | P.Flag.RETRANS]),
-        "version": st.integers(0, 1),
+                                  P.Flag.CONTRIB | P.Flag.RETRANS, P.Flag.RESULT | P.Flag.RETRANS,
+                                  P.Flag.CONTRIB | P.Flag.RETRANS | P.Flag.CLOSE]),
+        "round": st.integers(0, 2**32 - 1),
         "level": st.integers(0, 1),
         "frag": st.integers(0, 0xFFFFFFFF),
         "num_contrib": st.integers(0, 0xFFFF),
@@ -35,7 +36,9 @@ def test_round_trip_single(hdr, values):
     wire = packet.pack(values, **{k: int(v) for k, v in hdr.items()})
     assert len(wire) == P.PAYLOAD_BYTES
     rec = packet.unpack(wire)
-    assert packet.header_dict(rec) == {**{k: int(v) for k, v in hdr.items()}, "tag": 0}
+    # the version is the round's low bit
+    assert packet.header_dict(rec) == {**{k: int(v) for k, v in hdr.items()}, "tag": 0,
+                                       "version": hdr["round"] & 1}
     assert rec["values"].tolist() == values
 
 
@@ -60,11 +63,12 @@ def test_round_trip_batch(n, seed):
 def test_wire_layout_is_big_endian_and_packed():
     vals = [1, -1, 2**31 - 1, -(2**31)] + [0] * (P.K - 4)
     wire = packet.pack(vals, job_id=7, slot=3, contributor=1, flags=int(P.Flag.CONTRIB),
-                       version=0, level=0, frag=10, num_contrib=2, exp=130,
+                       round=5, level=0, frag=10, num_contrib=2, exp=130,
                        session=0x0123456789ABCDEF)
-    assert wire[:24].hex() == "00070003010100000000000a00028200" "0123456789abcdef"
-    assert wire[24:40].hex() == "00000001ffffffff7fffffff80000000"
-    assert wire[40:] == b"\x00" * (4 * (P.K - 4))
+    assert wire[:28].hex() == ("00070003010101000000000a00000005" "00028200"
+                               "0123456789abcdef")
+    assert wire[28:44].hex() == "00000001ffffffff7fffffff80000000"
+    assert wire[44:] == b"\x00" * (4 * (P.K - 4))
 
 
 def test_large_values_wrap_like_int32():
@@ -92,7 +96,8 @@ def test_batch_rejects_one_bad_length():
 
 
 @pytest.mark.parametrize("field,value,msg", [
-    ("flags", 0x08 | 0x01, "unknown flag"),
+    ("flags", 0x10 | 0x01, "unknown flag"),
+    ("flags", 0x08 | 0x02, "CLOSE goes with CONTRIB"),
     ("flags", 0x00, "exactly one"),
     ("flags", 0x03, "exactly one"),
     ("version", 2, "version"),
@@ -118,7 +123,7 @@ def test_pack_rejects_out_of_range_and_unknown_fields():
 
 
 def test_describe_names_the_flags():
-    rec = packet.unpack(packet.pack([0] * P.K, job_id=3, slot=5, version=1,
+    rec = packet.unpack(packet.pack([0] * P.K, job_id=3, slot=5, round=7,
                                     flags=int(P.Flag.RESULT | P.Flag.RETRANS)))
-    assert "job=3 slot=5.v1" in packet.describe(rec)
+    assert "job=3 slot=5.r7" in packet.describe(rec)
     assert "RESULT|RETRANS" in packet.describe(rec)

@@ -12,12 +12,12 @@ from testbed.scapy_layer import Passing
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 31), st.integers(0, 1),
-       st.integers(0, 0xFFFFFFFF), st.lists(st.integers(-(2**31), 2**31 - 1),
-                                             min_size=P.K, max_size=P.K))
-def test_scapy_bytes_equal_packer_bytes(job, slot, contrib, version, frag, values):
+@given(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 31),
+       st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFFFFFF),
+       st.lists(st.integers(-(2**31), 2**31 - 1), min_size=P.K, max_size=P.K))
+def test_scapy_bytes_equal_packer_bytes(job, slot, contrib, rnd, frag, values):
     fields = dict(job_id=job, slot=slot, contributor=contrib, flags=int(P.Flag.CONTRIB),
-                  version=version, level=1, frag=frag, num_contrib=2, exp=77)
+                  version=rnd & 1, round=rnd, level=1, frag=frag, num_contrib=2, exp=77)
     assert bytes(Passing(values=values, **fields)) == packet.pack(values, **fields)
 
 

@@ -32,7 +32,7 @@ def test_k_comes_from_the_environment_with_a_default():
     for k in P.K_CHOICES:
         assert P.k_from(str(k)) == P.k_from(f" {k}\n") == k
     assert P.VALUE_WORDS * 64 == P.K and P.VALUES_BYTES == 4 * P.K
-    assert P.FRAME_BYTES == 14 + 20 + 8 + 24 + 4 * P.K
+    assert P.FRAME_BYTES == 14 + 20 + 8 + 28 + 4 * P.K
 
 
 @pytest.mark.parametrize("bad", ["100", "32", "512", "0", "-64", "sixty-four", "64.0"])
