@@ -45,21 +45,35 @@ def forwarding_frames() -> list[bytes]:
     return [frame]
 
 
-def aggregation_frames(rounds: int) -> list[tuple[int, bytes]]:
+# Where the PASSING header's round field lies in a frame (Ethernet, IPv4, UDP, then the
+# header's job_id, slot, contributor, flags, version, level and frag before it).
+ROUND_OFF = P.ETH_HEADER_BYTES + P.IPV4_HEADER_BYTES + P.UDP_HEADER_BYTES + 12
+
+
+def aggregation_frames(rounds: int) -> list[tuple[int, bytearray]]:
     vals = np.arange(P.K, dtype=np.int64)
     out = []
     for r in range(rounds):
         for slot in range(POOL):
             for port in (1, 2):
-                out.append((port, contribution(DEV, port, vals, job_id=1, slot=slot,
-                                               round=r, frag=r * POOL + slot)))
+                out.append((port, bytearray(contribution(DEV, port, vals, job_id=1, slot=slot,
+                                                         round=r, frag=r * POOL + slot))))
     return out
 
 
-def blast(fabric: Fabric, frames: list[tuple[int, bytes]], out_ports: list[int],
-          seconds: float, window: int = 256) -> dict:
+def next_rounds(frames: list[tuple[int, bytearray]], rounds: int) -> None:
+    """Move every frame `rounds` rounds on (an even number keeps each frame's version), so
+    that the cycle goes on with new rounds: the switch refuses a round it has left behind.
+    The switch does not check UDP checksums, so the frames need no other change."""
+    for _, frame in frames:
+        r = int.from_bytes(frame[ROUND_OFF:ROUND_OFF + 4], "big")
+        frame[ROUND_OFF:ROUND_OFF + 4] = ((r + rounds) & 0xFFFFFFFF).to_bytes(4, "big")
+
+
+def blast(fabric: Fabric, frames: list, out_ports: list[int], seconds: float,
+          window: int = 256, on_cycle=None) -> dict:
     """Send `frames` round-robin for `seconds` with at most `window` in flight, count frames
-    out of `out_ports`."""
+    out of `out_ports`; on_cycle(frames), if given, runs before each cycle after the first."""
     sw = fabric["s1"]
     for p in sw.test_ports.values():
         p.drain()
@@ -67,10 +81,13 @@ def blast(fabric: Fabric, frames: list[tuple[int, bytes]], out_ports: list[int],
     sent = received = 0
     t0 = time.monotonic()
     end = t0 + seconds
-    i = 0
+    i = cycle = 0
     n = len(frames)
     while time.monotonic() < end:
         while sent - received < window:
+            if i // n != cycle and on_cycle is not None:
+                cycle = i // n
+                on_cycle(frames)
             port, frame = frames[i % n]
             try:
                 sw.test_ports[port].send(frame)
@@ -105,7 +122,8 @@ def run(target: str, seconds: float) -> dict:
                                           flood_ports=range(1, 5), flood_group=1)
         install_job(sw.conn, DEV, job_id=1, members={1: 0, 2: 1}, pool_size=POOL)
         fwd = blast(fabric, [(1, f) for f in forwarding_frames()], [3], seconds)
-        agg = blast(fabric, aggregation_frames(rounds=50), [1, 2], seconds)
+        agg = blast(fabric, aggregation_frames(rounds=50), [1, 2], seconds,
+                    on_cycle=lambda frames: next_rounds(frames, 50))
         stats = StatsCounters(sw.conn).job(0)
     finally:
         fabric.close()

@@ -28,6 +28,7 @@ from controller.serve import DEFAULT_LISTEN, ParamsServer, parse_listen
 from controller.store import StoreError
 from controller.switch import SwitchError
 from controller.topology import TopologyError, load, read_json
+from passing import protocol as P
 
 EXIT_REFUSED, EXIT_SWITCH = 3, 4
 
@@ -36,6 +37,9 @@ EXAMPLES = {
     "prepare": "passing-ctl --config runs/star/controller.json prepare",
     "job create": "passing-ctl job create 7 --hosts h1,h2,h3 --window 128\n"
                   "  passing-ctl job create 8 --all-hosts --window 512 --min-window 64 --json",
+    "job set": "passing-ctl job set 7 --quorum 3      # a round may close with 3 of its hosts\n"
+               "  passing-ctl job set 8 --quorum 1,2    # 1 host per ToR, 2 racks at the spine\n"
+               "  passing-ctl job set 7 --quorum all    # back to waiting for everyone",
     "job delete": "passing-ctl job delete 7",
     "job list": "passing-ctl job list --json",
     "job show": "passing-ctl job show 7   # pools per switch and the host agents' parameters",
@@ -103,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "contributor; ina: switch-only baseline, every GPU is a contributor")
     c.add_argument("--params-out", default=None,
                    help="also write the host agents' job parameters (JSON) to this file")
+    c.add_argument("--quorum", type=_quorum, default=(), metavar="Q[,Q1]",
+                   help=QUORUM_HELP)
+    js = add("set", "change a running job's quorum (rounds in flight keep their sums)", jsub,
+             "job set")
+    js.add_argument("job_id", type=int)
+    js.add_argument("--quorum", type=_quorum, required=True, metavar="Q[,Q1]|all",
+                    help=QUORUM_HELP + "; 'all' goes back to waiting for everyone")
     d = add("delete", "delete a job and free its slots", jsub, "job delete")
     d.add_argument("job_id", type=int)
     add("list", "list jobs", jsub, "job list")
@@ -120,6 +131,26 @@ def build_parser() -> argparse.ArgumentParser:
                          "port 0 picks a free one). Give the address of the hosts' management "
                          "network: anyone who can reach it reads the jobs' session keys")
     return p
+
+
+QUORUM_HELP = ("how many of a slot's contributions a host that waited long enough (CLOSE) may "
+               "complete a round with: Q at the switches the hosts are on, Q1 at the spine; a "
+               "switch with fewer contributors uses all of them. Default: every round waits "
+               "for everyone (bulk-synchronous)")
+
+
+def _quorum(text: str) -> tuple[int, ...]:
+    if text.strip().lower() == "all":
+        return ()
+    try:
+        q = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        q = None
+    if not q or len(q) > 2 or any(not 1 <= x <= P.MAX_FAN_IN for x in q):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: Q or Q,Q1 (at the hosts' switches, at the spine), each 1..{P.MAX_FAN_IN},"
+            " or 'all'")
+    return q
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -226,7 +257,12 @@ def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
     rows = [{"job": jid, "switch": sw, **counts}
             for jid, per in res.items() for sw, counts in per.items()]
     cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
-            "job_result_retransmits", "job_uplink", "job_downlink"]
+            "job_result_retransmits", "job_uplink", "job_downlink", "quorum",
+            "job_quorum_rounds", "job_late"]
+    for r in rows:
+        r["late_by"] = ",".join(f"{m}:{n}" for m, n in r["late_by"].items()) or "-"
+        r["quorum"] = f"{r['quorum']}/{r['fan_in']}"
+    cols.append("late_by")
     drops = [{"job": r["job"], "switch": r["switch"],
               **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in rows]
     # Switch-wide counters are the same under every job on a switch: shown once per switch.
@@ -278,7 +314,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         hosts = tuple(ctl.topo.hosts) if args.all_hosts else \
             tuple(h.strip() for h in args.hosts.split(",") if h.strip())
         spec = JobSpec(args.job_id, hosts, args.window, args.min_window,
-                       agent_port=args.agent_port, mode=args.mode)
+                       agent_port=args.agent_port, mode=args.mode, quorum=args.quorum)
         rec = ctl.create_job(spec)
         params = ctl.agent_params(rec.job_id).to_dict()
         if args.params_out:
@@ -287,6 +323,14 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         return res, (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
                      f"agent ports {_agent_ports(ctl, rec)}:\n"
                      + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role"]))
+    if args.job_cmd == "set":
+        ctl.set_quorum(args.job_id, args.quorum)
+        per = ctl.quorums(args.job_id)
+        rows = [{"switch": sw, **q} for sw, q in per.items()]
+        return {"job_id": args.job_id, "quorum": per}, (
+            f"job {args.job_id}: " + ("rounds wait for everyone" if not args.quorum else
+                                      f"quorum {','.join(map(str, args.quorum))}")
+            + "\n" + _table(rows, ["switch", "fan_in", "quorum"]))
     if args.job_cmd == "delete":
         rec = ctl.delete_job(args.job_id)
         freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}" for p in rec.pools)

@@ -364,7 +364,38 @@ class Controller:
         guard_ports = [port for port in job_plan.spec.agent_ports(self.topo)
                        if claims.get((pool.switch, port), [(jid, 0)])[0][0] == jid]
         return installer.desired(job_plan.roles[pool.switch], params, jid,
-                                 self.topo.switches[pool.switch], guard_ports)
+                                 self.topo.switches[pool.switch], guard_ports,
+                                 job_plan.quorum_at(pool.switch))
+
+    def set_quorum(self, job_id: int, quorum: tuple[int, ...]) -> JobRecord:
+        """Change a job's quorum while it runs (JobSpec.quorum; () for bulk-synchronous). The
+        job_config entry of each of its switches is modified in place: rounds in flight keep
+        their sums, and the next CLOSE request is judged by the new quorum. The record is
+        written first; if a switch fails, `reconcile` finishes the change."""
+        rec = self.job(job_id)
+        try:
+            spec = dataclasses.replace(JobSpec.from_dict(rec.spec), quorum=tuple(quorum))
+            job_plan = plan(spec, self.topo)
+        except JobError as e:
+            raise ControllerError(str(e)) from None
+        rec = self.store.set_spec(job_id, spec.to_dict())
+        claims = self._guard_claims()
+        for pool in rec.pools:
+            d = self._desired(job_plan, pool, claims)
+            conn = self.conn(pool.switch)
+            try:
+                installer.repair(conn, installer.SwitchSnapshot.read(conn), d)
+            except SwitchError as e:
+                raise SwitchFailure(f"job {job_id}: quorum recorded, but {pool.switch} was not "
+                                    f"updated: {e}; fix the switch and run reconcile") from None
+        return rec
+
+    def quorums(self, job_id: int) -> dict[str, dict[str, int]]:
+        """Per switch of the job: its fan-in and the quorum it is configured with."""
+        rec = self.job(job_id)
+        job_plan = plan(JobSpec.from_dict(rec.spec), self.topo)
+        return {p.switch: {"fan_in": p.fan_in, "quorum": job_plan.quorum_at(p.switch)}
+                for p in rec.pools}
 
     def job(self, job_id: int) -> JobRecord:
         rec = self.store.get_job(job_id)
@@ -424,13 +455,24 @@ class Controller:
         return {s: StatsCounters(self.conn(s)).global_drops() for s in switches}
 
     def stats(self, job_id: int) -> dict[str, dict[str, int | dict[str, int]]]:
-        """Per switch of the job: its counters (StatsCounters.job) and, under "switch_drops",
-        that switch's drops counted for no job, so that every packet the switch dropped is
-        accounted for in one place or the other."""
+        """Per switch of the job: its counters (StatsCounters.job), its fan-in and quorum, its
+        late contributions by member ("late_by") and, under "switch_drops", that switch's
+        drops counted for no job, so that every packet the switch dropped is accounted for in
+        one place or the other."""
         rec = self.job(job_id)
+        job_plan = plan(JobSpec.from_dict(rec.spec), self.topo)
         drops = self.switch_drops(p.switch for p in rec.pools)
-        return {p.switch: {**StatsCounters(self.conn(p.switch)).job(p.stat_idx),
-                           "switch_drops": drops[p.switch]} for p in rec.pools}
+        out: dict[str, dict[str, int | dict[str, int]]] = {}
+        for p in rec.pools:
+            counters = StatsCounters(self.conn(p.switch))
+            late = counters.late(p.stat_idx)
+            # Late contributions by the member that sent them (a host, or a ToR at the spine).
+            late_by = {m.name: n for m in job_plan.roles[p.switch].members
+                       if (n := sum(late.get(c, 0) for c in m.ids))}
+            out[p.switch] = {**counters.job(p.stat_idx), "quorum": job_plan.quorum_at(p.switch),
+                             "fan_in": p.fan_in, "late_by": late_by,
+                             "switch_drops": drops[p.switch]}
+        return out
 
     def reconcile(self, fix: bool = True) -> dict[str, dict[str, list[str]]]:
         """Compare every switch with the job table. With fix, re-install what is missing or

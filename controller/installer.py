@@ -42,12 +42,13 @@ class Desired:
 
 
 def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,
-            guard_ports: Iterable[int] = ()) -> Desired:
+            guard_ports: Iterable[int] = (), quorum: int = 0) -> Desired:
     """guard_ports: the agent ports this switch guards for the job; every switch of a job
-    guards all of them, since a forged result could enter the fabric at any of its switches."""
+    guards all of them, since a forged result could enter the fabric at any of its switches.
+    quorum: what a CLOSE request may complete a round with here (0: the fan-in)."""
     d = Desired(JobConfig(job_id, pool.base, pool.size, role.fan_in, pool.mcast_grp, pool.gen,
                           int(role.is_root), role.uplink.port if role.uplink else 0,
-                          pool.stat_idx),
+                          pool.stat_idx, quorum),
                 guards={port: pool.stat_idx for port in guard_ports})
     for m in role.members:
         d.members[m.port] = (m.contributor, m.count)

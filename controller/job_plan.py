@@ -54,6 +54,11 @@ class JobSpec:
     # that nobody who reads their rendezvous can compute a session (host_agent.session). The
     # controller draws one when it creates the job; "" (older state files) means unkeyed.
     session_key: str = ""
+    # Per switch level (0: the switch the hosts are on, 1: the spine), how many of a slot's
+    # contributions a CLOSE request may complete a round with (docs/protocol.md, "Rounds,
+    # quorum and late contributions"); a switch with fewer contributors uses its fan-in. Empty,
+    # or a level left out: every round waits for everyone (bulk-synchronous).
+    quorum: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.job_id <= 0xFFFF:
@@ -76,6 +81,10 @@ class JobSpec:
             bytes.fromhex(self.session_key)
         except ValueError:
             raise JobError("session key must be hexadecimal") from None
+        if len(self.quorum) > 2 or any(type(q) is not int or not 1 <= q <= P.MAX_FAN_IN
+                                       for q in self.quorum):
+            raise JobError(f"quorum {list(self.quorum)}: one or two whole numbers (at the "
+                           f"hosts' switches, then at the spine), each in 1..{P.MAX_FAN_IN}")
 
     @property
     def udp_port(self) -> int:
@@ -95,6 +104,7 @@ class JobSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["hosts"] = list(self.hosts)
+        d["quorum"] = list(self.quorum)
         return d
 
     @classmethod
@@ -103,7 +113,8 @@ class JobSpec:
         members, groups) do not depend on K, which is one compile-time number for the switches
         and all agents (PASSING_K), so a job stored under another K is installed as it is."""
         fields_ = {k: v for k, v in d.items() if k != "k"}
-        return cls(**{**fields_, "hosts": tuple(d["hosts"])})
+        return cls(**{**fields_, "hosts": tuple(d["hosts"]),
+                      "quorum": tuple(d.get("quorum", ()))})
 
 
 @dataclass(frozen=True)
@@ -145,7 +156,19 @@ class JobPlan:
     @property
     def switches(self) -> list[str]:
         # Spine last: ToRs are configured before the switch they send to.
-        return sorted(self.roles, key=lambda s: (self.roles[s].is_root and len(self.roles) > 1, s))
+        return sorted(self.roles, key=lambda s: (self.level(s), s))
+
+    def level(self, switch: str) -> int:
+        """0 for a switch the job's hosts are on, 1 for the spine above them."""
+        return int(self.roles[switch].is_root and len(self.roles) > 1)
+
+    def quorum_at(self, switch: str) -> int:
+        """The quorum the switch is configured with: the spec's for its level, at most its
+        fan-in; its fan-in (bulk-synchronous) where the spec gives none."""
+        fan_in = self.roles[switch].fan_in
+        level = self.level(switch)
+        q = self.spec.quorum[level] if level < len(self.spec.quorum) else fan_in
+        return min(q, fan_in)
 
 
 def plan(spec: JobSpec, topo: Topology) -> JobPlan:

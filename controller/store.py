@@ -261,6 +261,16 @@ class JobStore:
                            "SET last_gen = max(last_gen, excluded.last_gen)",
                            (pool.switch, pool.gen))
 
+    def set_spec(self, job_id: int, spec: dict) -> JobRecord:
+        """Replace a job's spec (its pools stay as they are); the job as now recorded."""
+        with self._write() as db:
+            job = _load_job(db, job_id)
+            if job is None:
+                raise StoreError(f"no job {job_id}")
+            new = JobRecord(job_id, spec, job.pools, job.created_at)
+            db.execute("UPDATE jobs SET spec = ? WHERE job_id = ?", (_encode_spec(new), job_id))
+            return new
+
     def remove_job(self, job_id: int) -> JobRecord:
         """Forget a job and return what was recorded; its generations stay used."""
         with self._write() as db:

@@ -283,8 +283,9 @@ class Pipeline:
             # configures one (JobConfig checks pool_base + pool_size <= capacity).
             return EVT_DUPLICATE, []
         gen = j["gen"]
-        cur, oth = _version_words(slots.state[idx], gen, h)
-        v = _verdict(cur, h, j)
+        word = slots.state[idx]
+        cur, oth = _version_words(word, gen, h)
+        v = _verdict(cur, h, j, _foreign_open(word, gen, h))
         if v.event in _REFUSED:
             return v.event, []  # the slot is left exactly as it was, as in the P4 program
         overwrite = v.event == EVT_DOWNLINK or v.first
@@ -371,7 +372,16 @@ class Verdict(NamedTuple):
     cnt: int  # the round's count after the packet
 
 
-def _verdict(cur: int, h: Header, j: dict[str, int]) -> Verdict:
+def _foreign_open(word: int, gen: int, h: Header) -> bool:
+    """Another generation's or session's round is open in the slot (a version with
+    contributors, not closed): a result from the spine may not take such a slot over."""
+    if word >> 272 == gen and (word >> 208) & _MASK64 == h.session:
+        return False
+    return any(w & _MASK32 and not (w >> 64) & _CLOSED
+               for w in (word & _MASK_WORD, (word >> _WORD_BITS) & _MASK_WORD))
+
+
+def _verdict(cur: int, h: Header, j: dict[str, int], foreign_open: bool) -> Verdict:
     """The P4's decisions, expression for expression: the packet's round against the one
     this version holds (serial-number order), then its one event."""
     bm, ccnt, flags = cur & _MASK32, (cur >> 32) & 0xFF, (cur >> 64) & 0xFF
@@ -393,7 +403,7 @@ def _verdict(cur: int, h: Header, j: dict[str, int]) -> Verdict:
                  and ((is_new and full) or (h.flags & FLAG_CLOSE != 0 and cnt >= j["quorum"])))
     root = j["is_root"] == ROLE_ROOT
     if is_result:
-        event = DROP_STALE_RESULT if older else EVT_DOWNLINK
+        event = DROP_STALE_RESULT if older or foreign_open else EVT_DOWNLINK
     elif older:
         event = DROP_STALE_ROUND
     elif completes:

@@ -65,6 +65,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         bool v1 = hdr.passing.version == 1;
         meta.agg.cur = !fresh ? 104w0 : (v1 ? st[207:104] : st[103:0]);
         meta.agg.oth = !fresh ? 104w0 : (v1 ? st[103:0] : st[207:104]);
+        /* Another session's (or job's) round still open here: a result from the spine may
+         * take the slot over only when nothing of anyone's is in progress in it. */
+        meta.agg.foreign_open = (!fresh && ((st[31:0] != 0 && st[65:65] == 0) ||
+                                            (st[135:104] != 0 && st[169:169] == 0))) ? 1w1 : 1w0;
     }
 
     /* The packet's round against the one its version holds, in serial-number order (RFC
@@ -106,7 +110,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         meta.agg.restart = restart ? 1w1 : 1w0;
         meta.agg.cnt = cnt;
         meta.agg.event =
-            is_result ? (older ? DROP_STALE_RESULT : EVT_DOWNLINK) :
+            is_result ? ((older || meta.agg.foreign_open == 1) ? DROP_STALE_RESULT :
+                         EVT_DOWNLINK) :
             (older ? DROP_STALE_ROUND :
             (completes ? (meta.job.is_root == ROLE_ROOT ?
                               (full ? EVT_COMPLETE_ROOT : EVT_CLOSED_ROOT) :

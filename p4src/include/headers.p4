@@ -97,6 +97,7 @@ struct agg_md_t {
     bit<304> st;       /* its slot_state word as read */
     bit<104> cur;      /* the word of the packet's version (zero if another session's) */
     bit<104> oth;      /* ... of the other version */
+    bit<1>   foreign_open; /* another session's or job's round is open in the slot */
     bit<1>   same;     /* the version holds the packet's round */
     bit<1>   older;    /* ... a round after the packet's */
     bit<1>   closed;   /* the held round completed here */

@@ -3,6 +3,8 @@ contributions"), on one switch and on a two-level tree."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,15 @@ def silent(sw, ports, wait=0.4) -> None:
         assert sw.test_ports[p].recv(1, wait) == [], f"unexpected packet on port {p}"
 
 
+def counted(sw, name: str, n: int, stat_idx: int = 0, timeout: float = 5.0) -> None:
+    """Wait until the switch counted `n` of the job's `name`: frames from different ports may
+    be taken in either order, so a test that needs one before another waits for it."""
+    deadline = time.monotonic() + timeout
+    while StatsCounters(sw.conn).job(stat_idx)[name] < n:
+        assert time.monotonic() < deadline, f"{name} never reached {n}"
+        time.sleep(0.05)
+
+
 def test_a_delayed_contribution_is_never_added_to_a_later_round(star):
     """A copy of round 0's contribution delivered after rounds 1 and 2 began: answered with
     round 0's own result while its version still holds round 0, refused (STALE_ROUND) once
@@ -59,6 +70,7 @@ def test_a_delayed_contribution_is_never_added_to_a_later_round(star):
     assert np.array_equal(rec["values"], wrapped(rounds[0].sum(axis=0)))
     silent(sw, [1])
     sw.test_ports[1].send(contribution(DEV, 1, rounds[2][0], job_id=5, slot=0, round=2, frag=2))
+    counted(sw, "job_contributions", 5)
     sw.test_ports[2].send(delayed)
     silent(sw, [1, 2])
     sw.test_ports[2].send(contribution(DEV, 2, rounds[2][1], job_id=5, slot=0, round=2, frag=2))
@@ -83,6 +95,7 @@ def test_a_round_closed_by_a_quorum_and_its_late_contribution(star):
     for i, p in enumerate((1, 2)):
         sw.test_ports[p].send(contribution(DEV, p, vals[i], job_id=6, slot=1, round=0,
                                            num_contrib=2, exp=10 + i))
+    counted(sw, "job_contributions", 2)
     silent(sw, [1, 2, 3])
     sw.test_ports[1].send(contribution(DEV, 1, vals[0], job_id=6, slot=1, round=0, flags=CLOSE,
                                        num_contrib=2, exp=10))
@@ -121,6 +134,7 @@ def test_close_completes_nothing_below_the_quorum(star, quorum):
     vals = values(11, 3)
     sw.test_ports[1].send(contribution(DEV, 1, vals[0], job_id=9, slot=0, round=4))
     sw.test_ports[1].send(contribution(DEV, 1, vals[0], job_id=9, slot=0, round=4, flags=CLOSE))
+    counted(sw, "job_duplicates", 1)
     silent(sw, [1, 2, 3])
     sw.test_ports[2].send(contribution(DEV, 2, vals[1], job_id=9, slot=0, round=4, flags=CLOSE))
     if quorum:  # the second contribution reaches the quorum and closes
@@ -178,3 +192,119 @@ def test_close_goes_up_and_the_result_reaches_racks_that_never_contributed(quoru
     assert t1["job_quorum_rounds"] == 1 and t1["job_downlink"] == 1
     assert t2["job_downlink"] == 1 and t2["job_late"] == 1
     assert StatsCounters(tor2.conn).late(0) == {1: 1}
+
+
+# A switch configured as a ToR whose uplink is test port 4: the test plays the spine.
+UP = 4
+
+
+def spine_result(vals, *, round: int, session: int | None = None, num_contrib: int = 4,
+                 slot: int = 0) -> bytes:
+    """A RESULT as the spine sends it down to this ToR (on the uplink port)."""
+    extra = {} if session is None else {"session": session}
+    return contribution(DEV, UP, vals, job_id=40, slot=slot, round=round, contributor=0,
+                        flags=int(P.Flag.RESULT), num_contrib=num_contrib, exp=7, level=1,
+                        **extra)
+
+
+@pytest.fixture
+def tor(star):
+    sw = star["s1"]
+    install_job(sw.conn, DEV, 40, members={1: 0, 2: 1}, pool_size=4,
+                uplink=Uplink(port=UP, contributor=0, spine_dev=2))
+    return sw
+
+
+def rack_round(sw, vals, rnd: int, **kw) -> np.void:
+    """Both hosts contribute to round `rnd`; the rack sum that goes up."""
+    for i, p in enumerate((1, 2)):
+        sw.test_ports[p].send(contribution(DEV, p, vals[i], job_id=40, slot=0, round=rnd, **kw))
+    up = results(sw, [UP])[UP]
+    assert up["flags"] == P.Flag.CONTRIB and up["round"] == rnd and up["level"] == 1
+    return up
+
+
+def test_a_spine_result_for_a_round_left_behind_is_refused(tor):
+    sw = tor
+    for rnd in (0, 1):
+        rack_round(sw, values(rnd, 2), rnd)
+        sw.test_ports[UP].send(spine_result(values(50 + rnd, 1)[0], round=rnd))
+        for rec in results(sw, [1, 2]).values():
+            assert rec["round"] == rnd
+            assert np.array_equal(rec["values"], wrapped(values(50 + rnd, 1)[0]))
+    rack_round(sw, values(2, 2), 2)
+    sw.test_ports[UP].send(spine_result(values(99, 1)[0], round=0))  # a copy of round 0's
+    silent(sw, [1, 2])
+    sw.test_ports[UP].send(spine_result(values(52, 1)[0], round=2))
+    for rec in results(sw, [1, 2]).values():
+        assert rec["round"] == 2 and np.array_equal(rec["values"], wrapped(values(52, 1)[0]))
+    job = StatsCounters(sw.conn).job(0)
+    assert job["drops_stale_result"] == 1 and job["job_downlink"] == 3
+
+
+def test_a_result_of_another_session_never_takes_over_an_open_round(tor):
+    """A delayed result of an old session meets a round of the new one in progress: refused,
+    and the new round goes on with every contribution it had."""
+    sw = tor
+    vals = values(3, 2)
+    sw.test_ports[1].send(contribution(DEV, 1, vals[0], job_id=40, slot=0, round=0))
+    counted(sw, "job_contributions", 1)
+    silent(sw, [UP])
+    sw.test_ports[UP].send(spine_result(values(9, 1)[0], round=0, session=0x0123))
+    silent(sw, [1, 2])
+    sw.test_ports[2].send(contribution(DEV, 2, vals[1], job_id=40, slot=0, round=0))
+    up = results(sw, [UP])[UP]
+    assert np.array_equal(up["values"], wrapped(vals.sum(axis=0)))
+    assert StatsCounters(sw.conn).job(0)["drops_stale_result"] == 1
+
+
+def test_a_result_for_a_round_this_rack_never_sent_reaches_its_hosts(tor):
+    """With a quorum the spine may close a round without this rack: its result is delivered
+    to every host of the rack, and a host's contribution to that round, late, gets it back
+    and is never sent up."""
+    sw = tor
+    res = values(12, 1)[0]
+    sw.test_ports[UP].send(spine_result(res, round=3, num_contrib=6))
+    for p, rec in results(sw, [1, 2]).items():
+        assert rec["round"] == 3 and rec["num_contrib"] == 6 and rec["contributor"] == p - 1
+        assert np.array_equal(rec["values"], wrapped(res))
+    sw.test_ports[2].send(contribution(DEV, 2, values(13, 1)[0], job_id=40, slot=0, round=3))
+    rec = results(sw, [2])[2]
+    assert rec["round"] == 3 and np.array_equal(rec["values"], wrapped(res))
+    silent(sw, [1, UP])
+    assert StatsCounters(sw.conn).late(0) == {1: 1}
+
+
+def test_a_late_host_at_a_rack_waiting_for_the_spine_is_dropped_then_served(tor):
+    """Quorum 1 at the ToR: host 1 closes, the rack sum goes up; host 2's contribution, late
+    while the spine has not answered, is dropped (LATE); the spine's result then reaches both
+    hosts, and host 2's resend gets it back (LATE_RESULT)."""
+    sw = tor
+    install_job(sw.conn, DEV, 41, members={3: 0, 5: 1}, pool_size=4, pool_base=8, stat_idx=1,
+                quorum=1, uplink=Uplink(port=UP, contributor=0, spine_dev=2))
+    vals = values(30, 2)
+    sw.test_ports[3].send(contribution(DEV, 3, vals[0], job_id=41, slot=1, round=0, contributor=0))
+    silent(sw, [UP])
+    sw.test_ports[3].send(contribution(DEV, 3, vals[0], job_id=41, slot=1, round=0, contributor=0,
+                                         flags=CLOSE))
+    up = results(sw, [UP])[UP]
+    assert up["flags"] == P.Flag.CONTRIB | P.Flag.CLOSE  # the hosts' CLOSE goes up
+    assert np.array_equal(up["values"], wrapped(vals[0]))
+    sw.test_ports[5].send(contribution(DEV, 5, vals[1], job_id=41, slot=1, round=0, contributor=1))
+    silent(sw, [3, 5, UP])
+    sw.test_ports[3].send(contribution(DEV, 3, vals[0], job_id=41, slot=1, round=0, contributor=0,
+                                         flags=CLOSE))
+    up = results(sw, [UP])[UP]  # a resend up, still with CLOSE
+    assert up["flags"] == P.Flag.CONTRIB | P.Flag.RETRANS | P.Flag.CLOSE
+    res = values(31, 1)[0]
+    sw.test_ports[UP].send(contribution(DEV, UP, res, job_id=41, slot=1, round=0, contributor=0,
+                                        flags=int(P.Flag.RESULT), num_contrib=1, level=1))
+    for rec in results(sw, [3, 5]).values():
+        assert np.array_equal(rec["values"], wrapped(res))
+    sw.test_ports[5].send(contribution(DEV, 5, vals[1], job_id=41, slot=1, round=0, contributor=1))
+    assert np.array_equal(results(sw, [5])[5]["values"], wrapped(res))
+    stats = StatsCounters(sw.conn)
+    job = stats.job(1)
+    assert job["job_quorum_rounds"] == 1 and job["job_late"] == 2
+    assert job["job_uplink"] == 2 and job["job_downlink"] == 1
+    assert stats.late(1) == {1: 2}

@@ -17,7 +17,8 @@ from passing import protocol as P
 from passing.contract import JobParams
 from tests import REPO
 
-SUBCOMMANDS = [["switches"], ["prepare"], ["job"], ["job", "create"], ["job", "delete"],
+SUBCOMMANDS = [["switches"], ["prepare"], ["job"], ["job", "create"], ["job", "set"],
+               ["job", "delete"],
                ["job", "list"], ["job", "show"], ["slots"], ["stats"], ["reconcile"]]
 
 
@@ -74,6 +75,14 @@ def test_operator_session(switches_of, tmp_path, capsys):
     assert code == 0 and "agent parameters" in out
     code, out, _ = ctl(capsys, cfg, "reconcile")
     assert code == 0 and "STRAY" not in out
+    code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--quorum", "1")
+    assert code == 0 and "quorum 1" in out and "s1" in out
+    code, out, _ = ctl(capsys, cfg, "stats", "7")
+    assert code == 0 and "1/2" in out  # the switch's quorum of its fan-in
+    code, out, _ = ctl(capsys, cfg, "reconcile", "--dry-run")
+    assert code == 0 and "repaired" not in out  # the switch holds the new quorum
+    code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--quorum", "all", "--json")
+    assert json.loads(out)["quorum"] == {"s1": {"fan_in": 2, "quorum": 2}}
 
     # User errors: one line on stderr, exit 3.
     for args, message in [
@@ -86,6 +95,7 @@ def test_operator_session(switches_of, tmp_path, capsys):
         (["job", "delete", "9"], "no job 9"),
         (["job", "show", "9"], "no job 9"),
         (["stats", "9"], "no job 9"),
+        (["job", "set", "9", "--quorum", "1"], "no job 9"),
     ]:
         code, out, err = ctl(capsys, cfg, *args)
         assert code == 3, args
@@ -125,7 +135,10 @@ def test_bad_configuration(tmp_path, capsys, content, message):
 
 
 def test_usage_errors_exit_2(capsys):
-    for argv in (["job", "create", "1", "--window", "4"], ["frobnicate"], ["stats", "x"]):
+    for argv in (["job", "create", "1", "--window", "4"], ["frobnicate"], ["stats", "x"],
+                 ["job", "set", "1"], ["job", "set", "1", "--quorum", "0"],
+                 ["job", "set", "1", "--quorum", "two"],
+                 ["job", "create", "8", "--hosts", "h3", "--window", "4", "--quorum", "1,1,1"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2

@@ -5,6 +5,8 @@ Tests that send frames use `make_controller` (switch processes, root); the other
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from scapy.layers.inet import ICMP, IP, UDP
@@ -23,13 +25,13 @@ from testbed.scapy_layer import Passing  # noqa: F401  (decodes results)
 from tests import REPO
 
 
-def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0) -> bytes:
+def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0,
+                 flags=int(P.Flag.CONTRIB)) -> bytes:
     params = ctl.agent_params(job_id)
     hp = params.host(host)
     h = ctl.topo.hosts[host]
     payload = packet.pack(np.asarray(values), job_id=job_id, slot=slot, version=version,
-                          contributor=hp.contributor_id, flags=int(P.Flag.CONTRIB),
-                          num_contrib=h.gpus)
+                          contributor=hp.contributor_id, flags=flags, num_contrib=h.gpus)
     return bytes(Ether(src=h.mac, dst=hp.switch_mac) / IP(src=h.ip, dst=hp.switch_ip)
                  / UDP(sport=params.agent_udp_port, dport=params.switch_udp_port) / payload)
 
@@ -74,6 +76,77 @@ def test_job_on_one_switch_sums_all_hosts(make_controller):
     allreduce(ctl, fabric, 1, ["h1", "h2", "h3", "h4"])
     stats = ctl.stats(1)["s1"]
     assert stats["job_contributions"] == 4 and stats["job_results"] == 1
+
+
+def test_a_quorum_set_live_closes_rounds_and_stats_name_the_late_host(make_controller):
+    """job set --quorum on a running job: a CLOSE completes a round with 2 of 3 hosts, the
+    third's late contribution gets that result and is never added, stats name it; back to
+    'all', a CLOSE completes nothing until the last host."""
+    ctl, fabric = make_controller("star")
+    hosts = ["h1", "h2", "h3"]
+    ctl.create_job(JobSpec(3, tuple(hosts), window=4))
+    assert ctl.quorums(3) == {"s1": {"fan_in": 3, "quorum": 3}}
+    ctl.set_quorum(3, (2,))
+    assert ctl.quorums(3) == {"s1": {"fan_in": 3, "quorum": 2}}
+    assert JobSpec.from_dict(ctl.job(3).spec).quorum == (2,)
+    rng = np.random.default_rng(4)
+    vals = {h: rng.integers(-(2**20), 2**20, size=P.K) for h in hosts}
+    close = int(P.Flag.CONTRIB | P.Flag.RETRANS | P.Flag.CLOSE)
+
+    def result(host):
+        frames = port_of(ctl, fabric, host).recv(1, 3)
+        assert frames, f"{host}: no result"
+        return packet.unpack(bytes(Ether(frames[0])[UDP].payload))
+
+    for h in ("h1", "h2"):
+        port_of(ctl, fabric, h).send(contribution(ctl, 3, h, vals[h]))
+    # Frames from two ports may be taken in either order: CLOSE only once both are counted.
+    deadline = time.monotonic() + 5
+    while ctl.stats(3)["s1"]["job_contributions"] < 2:
+        assert time.monotonic() < deadline, "the two contributions were not counted"
+        time.sleep(0.05)
+    port_of(ctl, fabric, "h1").send(contribution(ctl, 3, "h1", vals["h1"], flags=close))
+    two = (vals["h1"] + vals["h2"]).astype(np.int32)
+    for h in hosts:
+        assert np.array_equal(result(h)["values"], two), h
+    port_of(ctl, fabric, "h3").send(contribution(ctl, 3, "h3", vals["h3"]))
+    assert np.array_equal(result("h3")["values"], two)
+    stats = ctl.stats(3)["s1"]
+    assert stats["job_quorum_rounds"] == 1 and stats["job_late"] == 1
+    assert stats["late_by"] == {"h3": 1} and stats["quorum"] == 2
+
+    ctl.set_quorum(3, ())
+    assert ctl.quorums(3) == {"s1": {"fan_in": 3, "quorum": 3}}
+    for h in ("h1", "h2"):
+        port_of(ctl, fabric, h).send(contribution(ctl, 3, h, vals[h], slot=1))
+    port_of(ctl, fabric, "h1").send(contribution(ctl, 3, "h1", vals["h1"], slot=1, flags=close))
+    assert port_of(ctl, fabric, "h1").recv(1, 0.5) == []
+    port_of(ctl, fabric, "h3").send(contribution(ctl, 3, "h3", vals["h3"], slot=1))
+    total = sum(vals.values()).astype(np.int32)
+    for h in hosts:
+        assert np.array_equal(result(h)["values"], total), h
+
+
+@pytest.mark.parametrize("quorum,expected", [
+    ((), {"tor1": 2, "tor2": 2, "spine": 2}),
+    ((1, 2), {"tor1": 1, "tor2": 1, "spine": 2}),
+    ((1,), {"tor1": 1, "tor2": 1, "spine": 2}),  # no level 1: the spine waits for both racks
+    ((5, 1), {"tor1": 2, "tor2": 2, "spine": 1}),  # above a fan-in: that switch's fan-in
+])
+def test_quorum_per_level_is_installed_on_each_switch(make_control, quorum, expected):
+    ctl, _ = make_control("leafspine")
+    ctl.create_job(JobSpec(4, ("h1", "h2", "h3", "h4"), window=4, quorum=quorum))
+    assert {s: q["quorum"] for s, q in ctl.quorums(4).items()} == expected
+    for name, q in expected.items():
+        cfg = JobAdmissionTables(ctl.conn(name)).jobs()[4]
+        assert (cfg.fan_in, cfg.quorum) == (2, q), name
+    assert all(not e["repaired"] for e in ctl.reconcile(fix=False).values())
+
+
+def test_a_job_stored_before_quorums_existed_waits_for_everyone():
+    spec = JobSpec(4, ("h1", "h2"), window=4).to_dict()
+    del spec["quorum"]
+    assert JobSpec.from_dict(spec).quorum == ()
 
 
 def test_job_spanning_racks_gets_pools_on_both_tors_and_the_spine(make_controller):

@@ -98,7 +98,7 @@ def test_every_word_is_stored_added_and_sent():
     size = re.search(r"register<bit<(\d+)>>\(([^)]*)\)\s*slot_values\s*;", agg)
     assert int(size.group(1)) == P.WORD_BITS
     assert arith(size.group(2)) == 2 * P.SLOT_CAPACITY * P.VALUE_WORDS
-    assert re.search(r"vbase = \(\(idx << 1\) \+ \(bit<32>\)hdr\.passing\.version\) \* "
+    assert re.search(r"vbase = \(\(meta\.agg\.idx << 1\) \+ \(bit<32>\)hdr\.passing\.version\) \* "
                      + str(P.VALUE_WORDS) + ";", agg)
     assert sorted(re.findall(r"slot_values\.read\(acc(\d+), vbase \+ (\d+)\)", agg)) == \
         sorted(re.findall(r"slot_values\.write\(vbase \+ (\d+), vals(\d+)\)", agg)) == \
