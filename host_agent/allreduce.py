@@ -157,6 +157,14 @@ class PassingAllreduce:
             return _TIMEOUT, str(e)
         except Exception as e:  # any other failure must not leave the others waiting
             return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
+        counts = self.streamer.last_counts
+        complete = self.streamer.cfg.complete
+        if self.streamer.cfg.patience is not None and np.any(counts < complete):
+            # A round closed by a quorum (docs/protocol.md) holds fewer GPUs' values: scaled
+            # to the full sum they estimate, so that an average (AVG, DDP's division by the
+            # world size) is the mean of the gradients that made it, as in backup-worker SGD.
+            scale = complete / np.maximum(counts, 1)
+            result *= torch.from_numpy(scale.reshape(result.shape))
         if divide_by != 1:
             result /= divide_by
         out.copy_(result)

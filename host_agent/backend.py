@@ -257,21 +257,40 @@ class PassingProcessGroup(dist.ProcessGroup):
         return self._delegates[kind]
 
 
-def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ) -> dict[str, float]:
-    """How long an all-reduce waits for the switch's results before it fails: the process
-    group's timeout, as gloo and NCCL wait for a slow rank (a host busy evaluating or saving a
-    checkpoint is late, not gone); PASSING_TIMEOUT (seconds) overrides it."""
-    text = env.get("PASSING_TIMEOUT")
+def _seconds(env: Mapping[str, str], name: str) -> float | None:
+    text = env.get(name)
     if text is None:
-        return {"deadline": timeout.total_seconds()}
+        return None
     try:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
     if not 0 < seconds < float("inf"):
-        raise PassingInitError(f"PASSING_TIMEOUT={text!r}: not a positive, finite number of "
-                               "seconds")
-    return {"deadline": seconds}
+        raise PassingInitError(f"{name}={text!r}: not a positive, finite number of seconds")
+    return seconds
+
+
+def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ) -> dict:
+    """How long an all-reduce waits for the switch's results before it fails: the process
+    group's timeout, as gloo and NCCL wait for a slow rank (a host busy evaluating or saving a
+    checkpoint is late, not gone); PASSING_TIMEOUT (seconds) overrides it.
+
+    Quorum (docs/protocol.md, "Rounds, quorum and late contributions"; the job's quorum is
+    set with passing-ctl job create/set --quorum): PASSING_PATIENCE (seconds) is how long a
+    packet waits for the other hosts before this host asks the switch to close its round,
+    PASSING_STALENESS (default 1) how many calls in a row may leave some GPU out before a
+    call waits for everyone. Unset: every round waits for everyone."""
+    options: dict = {"deadline": _seconds(env, "PASSING_TIMEOUT") or timeout.total_seconds()}
+    patience = _seconds(env, "PASSING_PATIENCE")
+    if patience is not None:
+        options["patience"] = patience
+    text = env.get("PASSING_STALENESS")
+    if text is not None:
+        if not text.strip().isdigit():
+            raise PassingInitError(f"PASSING_STALENESS={text!r}: a whole number of calls, 0 "
+                                   "or more")
+        options["staleness"] = int(text)
+    return options
 
 
 def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
@@ -320,7 +339,7 @@ def create_process_group(store: dist.Store, rank: int, size: int,
     error = ""
     try:
         pg.passing = PassingAllreduce(params, host, local, session=int(session.item()) & (
-            (1 << 64) - 1), nonfinite="propagate", **options)
+            (1 << 64) - 1), nonfinite="propagate", total_gpus=size, **options)
     except (OSError, RuntimeError, ValueError) as e:  # e.g. the leader cannot bind its port
         error = f"{type(e).__name__}: {e}"
     _agree(store, "passing/ready", rank, size, {"error": error, "host": host}, timeout)

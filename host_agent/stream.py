@@ -67,6 +67,22 @@ class StreamConfig:
     min_rto: float = 0.005
     max_rto: float = 1.0  # the longest a doubling probe timer waits
     deadline: float = 10.0  # seconds without any progress before giving up
+    # Quorum (docs/protocol.md, "Rounds, quorum and late contributions"): a packet still
+    # unanswered `patience` seconds after it was first sent is resent with CLOSE, so that the
+    # switches may complete its round with the contributions they have (if the job's quorum
+    # allows). None: never; every round waits for everyone.
+    patience: float | None = None
+    # ... except in a call that follows `staleness` calls in a row whose sums left some GPU
+    # out: that call waits for everyone, so no host is left out more than `staleness` times
+    # in a row. Every host sees the same results, so every host decides alike.
+    staleness: int = 1
+    # GPUs a complete sum holds (the hosts' num_contrib added up); 0: streams * local_gpus,
+    # right only if every host has as many GPUs as this one.
+    total_gpus: int = 0
+
+    @property
+    def complete(self) -> int:
+        return self.total_gpus or self.streams * self.local_gpus
 
 
 @dataclass
@@ -77,6 +93,10 @@ class StreamStats:
     probes: int = 0  # resends after a timer period without any result
     results: int = 0
     ignored: int = 0  # results that matched nothing pending (duplicates, stale)
+    closes: int = 0  # packets resent with CLOSE: their round waited `patience`
+    short_calls: int = 0  # calls whose sums left some GPU out (a round closed without it)
+    taken_early: int = 0  # results taken from those that came before this host sent
+    abstained: int = 0  # packets sent without values: the agreed scale left them out
 
 
 class _Call:
@@ -93,6 +113,7 @@ class _Call:
         self.s_bits = fx.scale_bits(streams)
         self.agreed = np.zeros(self.nfrag, dtype=np.uint8)
         self.out = np.zeros((self.nfrag, P.K), dtype=np.float64)
+        self.counts = np.zeros(self.nfrag, dtype=np.int64)  # GPUs each fragment's sum holds
         # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*used
         self.step = np.zeros(used, dtype=np.int64)
         # The packet each slot waits on. Sequence numbers order every transmission of this
@@ -104,6 +125,8 @@ class _Call:
         self.first_seq = np.zeros(used, dtype=np.int64)
         self.last_seq = np.zeros(used, dtype=np.int64)
         self.sent = np.zeros(used, dtype=np.float64)  # time of the latest transmission
+        self.first_sent = np.zeros(used, dtype=np.float64)  # ... and of the first
+        self.close = np.zeros(used, dtype=bool)  # patience ran out: its resends carry CLOSE
         self.resent = np.zeros(used, dtype=bool)
         self.probed = np.zeros(used, dtype=bool)  # the latest transmission was a probe
         self.payloads = np.zeros((used, P.PAYLOAD_BYTES), dtype=np.uint8)
@@ -113,14 +136,18 @@ class _Call:
         st = self.step[slots]
         return np.where(st == 0, slots, slots + (st - 1) * self.used)
 
-    def values_and_exponents(self, slots: np.ndarray,
-                             frag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def values_and_exponents(self, slots: np.ndarray, frag: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The next packet of each slot: fragment `frag` quantized with its agreed exponent
-        (zeros in an exponent packet, or once a host reported NaN/Inf), and the exponent it
+        (zeros in an exponent packet, or once a host reported NaN/Inf), the exponent it
         proposes: this host's of the fragment itself (exponent packet) or of the slot's next
-        fragment (0 after the last)."""
+        fragment (0 after the last), and whether it abstains: its values do not fit the
+        agreed scale (a round closed by a quorum left its proposal out), so it sends zeros
+        that count for no GPU rather than values that would overflow the sum."""
         st = self.step[slots]
         data = (st > 0) & (self.agreed[frag] != fx.POISON)
+        abstain = data & (self.local_exp[frag] > self.agreed[frag])
+        data &= ~abstain
         values = np.zeros((slots.size, P.K), dtype=np.int32)
         if data.any():
             values[data] = fx.quantize(self.blocks[frag[data]], self.agreed[frag[data]],
@@ -128,7 +155,7 @@ class _Call:
         nxt = frag + self.used
         ahead = self.local_exp[np.minimum(nxt, self.nfrag - 1)]
         exp = np.where(st == 0, self.local_exp[slots], np.where(nxt < self.nfrag, ahead, 0))
-        return values, exp
+        return values, exp, abstain
 
     def absorb(self, slots: np.ndarray, frags: np.ndarray, recs: np.ndarray) -> np.ndarray:
         """Take the results `recs` of `slots` (at fragments `frags`): an exponent packet's
@@ -139,6 +166,7 @@ class _Call:
         first = self.step[slots] == 0
         agreed[frags[first]] = recs["exp"][first]
         rest = ~first
+        self.counts[frags[rest]] = recs["num_contrib"][rest]
         data = rest & (agreed[frags] != fx.POISON)
         if data.any():
             self.out[frags[data]] = fx.dequantize(recs["values"][data], agreed[frags[data]],
@@ -147,6 +175,10 @@ class _Call:
         agreed[frags[ahead] + used] = recs["exp"][ahead]
         self.step[slots] += 1
         return slots[slots + (self.step[slots] - 1) * used < nfrag]
+
+
+# Results kept for rounds not sent yet: a whole large call's worth (4M values at K=64).
+_EARLY_MAX = 1 << 16
 
 
 class SlotStreamer:
@@ -163,6 +195,13 @@ class SlotStreamer:
         self.rto = cfg.rto
         self._seq = 0  # numbers every transmission, in order (see _resend_overtaken)
         self.broken: str | None = None  # why this session cannot be used any more
+        # Results of rounds this host has not sent yet, by (slot, round): the others closed
+        # them without it, and the multicast brought them early (a late host takes them
+        # instead of sending: the switch may have left those rounds behind).
+        self.early: dict[tuple[int, int], np.void] = {}
+        self.short_streak = 0  # calls in a row whose sums left some GPU out
+        self.last_counts = np.zeros(0, dtype=np.int64)  # GPUs in each element of the last sum
+        self._counts = np.zeros(0, dtype=np.int64)
         if not 0 < cfg.session < 1 << 64:
             raise ValueError(f"session {cfg.session}: a non-zero 64-bit number "
                              "(host_agent.session.new_session)")
@@ -202,8 +241,12 @@ class SlotStreamer:
         except BaseException as e:
             self.broken = f"{type(e).__name__}: {e}"
             raise
-        if local_error is not None:
+        self.last_counts = np.repeat(self._counts, P.K)[:n]
+        if local_error is not None and (self.cfg.patience is None
+                                        or np.any(agreed == fx.POISON)):
             raise fx.NonFiniteError(f"this host: {local_error}")
+        # Else every round closed without this host (a quorum): its NaN/Inf reached no sum,
+        # the other hosts got finite results and stepped, so it takes the same ones.
         if np.any(agreed == fx.POISON):
             raise fx.NonFiniteError(f"job {self.cfg.job_id}: another host had NaN/Inf (or a "
                                     "value beyond float32's range) in the same call")
@@ -214,6 +257,9 @@ class SlotStreamer:
         """Every fragment of `blocks` through the switch: (sums, agreed exponents)."""
         call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams, self.calls % 256)
         self.calls += 1
+        patience = self.cfg.patience
+        if self.short_streak >= self.cfg.staleness:
+            patience = None  # someone was left out too often: this call waits for everyone
         self._launch(call, np.arange(call.used, dtype=np.int64))
         # Loss recovery (docs/protocol.md, "Loss recovery"): `mark` is the newest first
         # transmission known to have been summed by every host; a packet last sent before it
@@ -222,8 +268,12 @@ class SlotStreamer:
         last_progress = probe_ref = time.monotonic()
         probes = 0
         while call.pending.any():
-            rows, other = self._receive(max(self._probe_due(probe_ref, probes)
-                                            - time.monotonic(), 0.0))
+            wake = self._probe_due(probe_ref, probes)
+            if patience is not None:
+                waiting = call.pending & ~call.close
+                if waiting.any():
+                    wake = min(wake, float(call.first_sent[waiting].min()) + patience)
+            rows, other = self._receive(max(wake - time.monotonic(), 0.0))
             slots, frags, recs, newest = self._collect(rows, other, call)
             now = time.monotonic()
             if slots.size:
@@ -237,13 +287,28 @@ class SlotStreamer:
                 self._resend_overtaken(call, mark, now)
             if not call.pending.any():
                 break
+            if patience is not None:
+                self._close_overdue(call, now, patience)
             if now - last_progress > self.cfg.deadline:
                 raise self._timeout(call)
             if now >= self._probe_due(probe_ref, probes):
                 self._probe(call, now)
                 probes = min(probes + 1, 30)
                 probe_ref = now
+        self._counts = call.counts
+        short = bool(np.any(call.counts < self.cfg.complete))
+        self.short_streak = self.short_streak + 1 if short else 0
+        self.stats.short_calls += short
         return call.out, call.agreed
+
+    def _close_overdue(self, call: _Call, now: float, patience: float) -> None:
+        """Packets that waited `patience` for the others: resent with CLOSE, once each (their
+        later resends carry it too)."""
+        due = np.flatnonzero(call.pending & ~call.close & (now - call.first_sent >= patience))
+        if due.size:
+            call.close[due] = True
+            self._resend(call, due, now, probe=False)
+            self.stats.closes += due.size
 
     def _probe_due(self, since: float, probes: int) -> float:
         """When silence since `since` calls for a probe: the timer, doubled per probe sent."""
@@ -255,14 +320,39 @@ class SlotStreamer:
         return seq
 
     def _launch(self, call: _Call, slots: np.ndarray) -> None:
+        """Send the next packet of each of `slots`, except where its result came early (the
+        others closed that round without this host): such a slot takes the result as if
+        answered and goes on to its next packet, in turn."""
+        while slots.size:
+            hits = []
+            for s in slots.tolist():
+                rec = self.early.pop((s, int(self.rounds[s])), None)
+                if rec is not None and rec["tag"] == call.tag \
+                        and int(rec["frag"]) == int(call.fragments(np.array([s]))[0]):
+                    hits.append((s, rec))
+            if not hits:
+                self._send(call, slots)
+                return
+            taken = np.array([s for s, _ in hits], dtype=np.int64)
+            self._send(call, np.setdiff1d(slots, taken))
+            recs = np.array([rec for _, rec in hits], dtype=packet.PAYLOAD_DTYPE)
+            self.rounds[taken] += np.uint32(1)
+            self.stats.taken_early += taken.size
+            slots = call.absorb(taken, recs["frag"].astype(np.int64), recs)
+
+    def _send(self, call: _Call, slots: np.ndarray) -> None:
         """Build the next packet of each of `slots` in one vectorized batch and send them."""
+        if not slots.size:
+            return
         cfg = self.cfg
         frag = call.fragments(slots)
-        values, exp = call.values_and_exponents(slots, frag)
+        values, exp, abstain = call.values_and_exponents(slots, frag)
+        self.stats.abstained += int(abstain.sum())
         rounds = self.rounds[slots]
         batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
                                   contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
-                                  round=rounds, frag=frag, num_contrib=cfg.local_gpus,
+                                  round=rounds, frag=frag,
+                                  num_contrib=np.where(abstain, 0, cfg.local_gpus),
                                   exp=exp, tag=call.tag, session=cfg.session)
         seq = self._next_seq(slots.size)
         call.pending[slots] = True
@@ -272,6 +362,7 @@ class SlotStreamer:
         call.last_seq[slots] = seq
         call.resent[slots] = False
         call.probed[slots] = False
+        call.close[slots] = False
         rows = packet.payload_rows(batch)
         call.payloads[slots] = rows  # kept for a resend
         send_rows = getattr(self.transport, "send_rows", None)
@@ -280,14 +371,16 @@ class SlotStreamer:
         else:
             for row in rows:
                 self.transport.send(row.tobytes())
-        call.sent[slots] = time.monotonic()
+        call.sent[slots] = call.first_sent[slots] = time.monotonic()
         self.stats.packets += slots.size
 
     def _resend(self, call: _Call, slots: np.ndarray, now: float, probe: bool) -> None:
-        """Send the packets `slots` wait on again, marked RETRANS."""
+        """Send the packets `slots` wait on again, marked RETRANS (and CLOSE once their
+        patience ran out)."""
         flags = int(P.Flag.CONTRIB | P.Flag.RETRANS)
         for s in slots.tolist():
-            self.transport.send(packet.with_flags(call.payloads[s], flags))
+            f = flags | int(P.Flag.CLOSE) if call.close[s] else flags
+            self.transport.send(packet.with_flags(call.payloads[s], f))
         call.last_seq[slots] = self._next_seq(slots.size)
         call.sent[slots] = now
         call.resent[slots] = True
@@ -330,6 +423,24 @@ class SlotStreamer:
             return recv_rows(timeout)
         return packet.rows_of(self.transport.recv(timeout))
 
+    def _keep_early(self, recs: np.ndarray, slot: np.ndarray, matched: np.ndarray,
+                    call: _Call) -> int:
+        """Keep the results of rounds this host has not sent yet (see `early`), of this call
+        or a later one; how many were kept."""
+        mine = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
+                & (recs["session"] == self.cfg.session) & (slot < self.cfg.window))
+        rest = np.setdiff1d(np.flatnonzero(mine), matched)
+        if not rest.size or len(self.early) >= _EARLY_MAX:
+            return 0
+        s = slot[rest]
+        pending = np.zeros(self.cfg.window, dtype=bool)
+        pending[:call.used] = call.pending
+        ahead = (recs["round"][rest].astype(np.uint32) - self.rounds[s]).astype(np.uint32)
+        rest = rest[(ahead < 1 << 31) & ((ahead > 0) | ~pending[s])]
+        for i in rest.tolist():
+            self.early[int(slot[i]), int(recs["round"][i])] = recs[i].copy()
+        return rest.size
+
     def _collect(self, rows: np.ndarray, other: int, call: _Call
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The payloads that are the awaited result of a slot, decoded and matched in one
@@ -353,7 +464,8 @@ class SlotStreamer:
         # A slot's result may arrive twice in one batch (a resend's answer): take the first.
         _, first = np.unique(slot[cand], return_index=True)
         keep = cand[np.sort(first)]
-        self.stats.ignored += len(rows) - keep.size
+        stashed = self._keep_early(recs, slot, keep, call)
+        self.stats.ignored += len(rows) - keep.size - stashed
         if not keep.size:
             return none
         slots = slot[keep]

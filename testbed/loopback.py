@@ -50,7 +50,8 @@ class LoopbackSwitch:
     rank r answered on the agents' UDP port + r."""
 
     def __init__(self, hosts: int, job_id: int = 1, slots: int = 16, loss: float = 0.0,
-                 seed: int = 0, ranks: int = 1, agent_udp_port: int | None = None):
+                 seed: int = 0, ranks: int = 1, agent_udp_port: int | None = None,
+                 quorum: int = 0):
         info = load_p4info()
         self.pipe = Pipeline.from_p4info(info)
         self.service = P4RuntimeService(self.pipe, DEV, info)
@@ -62,7 +63,7 @@ class LoopbackSwitch:
         self.ranks = ranks
         self.entries = job_entries(
             DEV, job_id, {p: ((p - 1) * ranks, ranks) for p in self.queues}, pool_size=slots,
-            mcast_grp=9, guard=False,
+            mcast_grp=9, guard=False, quorum=quorum,
             agent_port_of=(lambda p, r: agent_udp_port + r) if agent_udp_port else agent_port)
         installer.install(InProcessConnection(self.service), self.entries)
 

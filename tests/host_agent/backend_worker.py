@@ -10,6 +10,8 @@ the same inputs, or the error it met. SCENARIO picks what to run:
   die          training until the test kills a node; the survivors must raise, not hang
   reinit       sum, destroy the group, init again in the same process and sum again (what
                destroy_process_group must release: the leader's port, the in-host group)
+  straggler    node 1 starts each of 3 all-reduces (AVG) 1 s late; with a quorum and
+               PASSING_PATIENCE the others do not wait for it (but for every other call)
 """
 
 from __future__ import annotations
@@ -235,6 +237,18 @@ def reinit() -> list[list[float]]:
     return sums
 
 
+def straggler() -> list[list[float]]:
+    """Each call's distinct result values, as this rank saw them."""
+    out = []
+    for _ in range(3):
+        if RANK >= 2:
+            time.sleep(1.0)
+        t = torch.full((2000,), float(RANK + 1))
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        out.append(sorted(set(t.tolist())))
+    return out
+
+
 def main() -> int:
     scenario = os.environ["SCENARIO"]
     try:
@@ -254,6 +268,8 @@ def main() -> int:
             ref = train(gloo, 6)
             put("result", {"passing": passing, "gloo": ref, "packets": None if before is None
                            else [middle - before, sent() - middle]})
+        elif scenario == "straggler":
+            put("result", straggler())
         elif scenario == "slow":
             if RANK == 0:
                 time.sleep(8)

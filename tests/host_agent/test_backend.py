@@ -33,8 +33,10 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
 
 
 @pytest.fixture
-def switch():
-    sw = UdpLoopbackSwitch(HOSTS, agent_udp_port=free_port(socket.SOCK_DGRAM), slots=16)
+def switch(request):
+    quorum = getattr(request, "param", 0)  # indirect parametrization: the job's quorum
+    sw = UdpLoopbackSwitch(HOSTS, agent_udp_port=free_port(socket.SOCK_DGRAM), slots=16,
+                           quorum=quorum)
     yield sw
     sw.close()
 
@@ -119,13 +121,14 @@ def launch(tmp_path, switch):
     runs: list[Run] = []
 
     def start(scenario: str, hosts: list[str] | None = None, params: dict | None = None,
-              node1_params: dict | None = None, timeout: str | None = "5") -> Run:
+              node1_params: dict | None = None, timeout: str | None = "5",
+              env: dict[str, str] | None = None) -> Run:
         """timeout: PASSING_TIMEOUT (None: unset, the process group's timeout applies)."""
         files = [tmp_path / "job.json", tmp_path / "job-node1.json"]
         files[0].write_text(json.dumps(params or switch.agent_params(LOCAL).to_dict()))
         files[1].write_text(node1_params and json.dumps(node1_params) or files[0].read_text())
-        env = {"PASSING_TIMEOUT": timeout} if timeout is not None else {}
-        run = Run(tmp_path, scenario, files, hosts or ["h1", "h2"], env)
+        extra = {"PASSING_TIMEOUT": timeout} if timeout is not None else {}
+        run = Run(tmp_path, scenario, files, hosts or ["h1", "h2"], {**extra, **(env or {})})
         runs.append(run)
         return run
     yield start
@@ -219,6 +222,23 @@ def test_a_destroyed_group_releases_what_it_held(launch, tmp_path):
         assert res is not None, run.read(rank, "error")
         assert res == [[float(sum(range(world)))],
                        [float(sum(r + 10 for r in range(world)))]], rank
+
+
+@pytest.mark.parametrize("switch", [1], indirect=True)
+def test_a_straggling_node_is_left_out_by_a_quorum_every_other_call(launch, tmp_path):
+    """Quorum 1 of 2 hosts, PASSING_PATIENCE 50 ms, staleness 1; node 1 is 1 s late for each
+    of 3 AVG all-reduces: calls 1 and 3 close without it, and every rank (the late ones too)
+    gets the mean of node 0's ranks (1 and 2: 1.5), scaled from the sum that made it; call 2
+    follows a short call, so it waits: the mean of all four (2.5)."""
+    run = launch("straggler", env={"PASSING_PATIENCE": "0.05", "PASSING_STALENESS": "1"})
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    results = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
+    assert all(results), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    assert all(r == results[0] for r in results), results  # every replica the same
+    first, second, third = results[0]
+    assert second == [2.5]
+    for call in (first, third):
+        assert set(call) <= {1.5, 2.5} and 1.5 in call, results[0]
 
 
 def test_a_late_rank_is_waited_for_as_gloo_waits(launch, tmp_path):

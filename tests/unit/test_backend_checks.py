@@ -62,6 +62,16 @@ def test_a_late_host_is_waited_for_as_long_as_the_process_group_waits():
             stream_options(timedelta(minutes=30), {"PASSING_TIMEOUT": bad})
 
 
+def test_quorum_options_come_from_the_environment():
+    env = {"PASSING_PATIENCE": "0.05", "PASSING_STALENESS": "3"}
+    assert stream_options(timedelta(seconds=60), env) == \
+        {"deadline": 60.0, "patience": 0.05, "staleness": 3}
+    for name, bad in (("PASSING_PATIENCE", "0"), ("PASSING_PATIENCE", "soon"),
+                      ("PASSING_STALENESS", "-1"), ("PASSING_STALENESS", "two")):
+        with pytest.raises(PassingInitError, match=name):
+            stream_options(timedelta(seconds=60), {name: bad})
+
+
 def test_nodes_matching_the_hosts_give_each_node_its_ranks():
     nodes = _check_layout(job(["h1", "h2"]), reports((0, "h1", 2), (1, "h2", 2)))
     assert nodes == {0: [0, 1], 1: [2, 3]}
