@@ -102,6 +102,8 @@ class PassingAllreduce:
             if transport is None:
                 transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
                                          params.switch_udp_port)
+            # A complete sum holds every GPU of the job (hosts may differ in GPUs).
+            stream_options.setdefault("total_gpus", params.gpus)
             cfg = StreamConfig(params.job_id, h.contributor_id, params.window,
                                params.streams, self.session,
                                local_gpus=self.local_size, **stream_options)

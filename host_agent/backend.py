@@ -116,6 +116,15 @@ def _check_layout(params: JobParams, reports: list[dict]) -> dict[int, list[int]
             f"has job {x['job']}" + (" with other parameters" if x["job"] == params.job_id
                                      else "") + f", others job {params.job_id}: give every "
             "node the same PASSING_JOB and PASSING_CONTROLLER (or PASSING_PARAMS)")
+    # Ranks that close rounds differently would scale short sums differently and disagree on
+    # the staleness bound: their replicas would drift apart without an error.
+    quorum = [(x.get("patience"), x.get("staleness")) for x in reports]
+    other = next((r for r, q in enumerate(quorum) if q != quorum[0]), None)
+    if other is not None:
+        raise PassingInitError(
+            f"the ranks do not set PASSING_PATIENCE / PASSING_STALENESS alike: rank {other} "
+            f"(host {reports[other]['host']}) has {quorum[other]}, rank 0 {quorum[0]}: set "
+            "them the same on every node, or on none")
     nodes: dict[int, list[int]] = {}
     for r, x in enumerate(reports):
         nodes.setdefault(x["node"], []).append(r)
@@ -306,7 +315,9 @@ def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
     except (PassingInitError, RuntimeError, ValueError) as e:
         return {"error": str(e)}, ()
     return ({"node": layout.node, "host": host, "local_size": layout.local_size,
-             "job": params.job_id, "digest": params_digest(params)}, (params, host, options))
+             "job": params.job_id, "digest": params_digest(params),
+             "patience": options.get("patience"), "staleness": options.get("staleness")},
+            (params, host, options))
 
 
 def params_digest(params: JobParams) -> str:

@@ -221,6 +221,7 @@ class SlotStreamer:
         flat = np.asarray(x).ravel()
         n = flat.size
         if n == 0:
+            self.last_counts = np.zeros(0, dtype=np.int64)
             return np.zeros(0)
         nfrag = -(-n // P.K)
         blocks = np.zeros((nfrag, P.K), dtype=np.float64)

@@ -101,6 +101,21 @@ def test_ranks_holding_different_job_parameters_are_refused():
         _check_layout(job(["h1", "h2"]), mixed)
 
 
+def test_ranks_closing_rounds_differently_are_refused():
+    """PASSING_PATIENCE / PASSING_STALENESS must be the same on every rank: a rank that scaled
+    short sums differently would drift from the others without an error."""
+    same = reports((0, "h1", 2), (1, "h2", 2))
+    for r in same:
+        r.update(patience=0.05, staleness=2)
+    assert _check_layout(job(["h1", "h2"]), same) == {0: [0, 1], 1: [2, 3]}
+    for key, value in (("patience", None), ("staleness", 1)):
+        mixed = [dict(r) for r in same]
+        mixed[3][key] = value
+        with pytest.raises(PassingInitError, match="rank 3 .host h2. has .*PASSING_PATIENCE|"
+                                                   "PASSING_PATIENCE.*rank 3 .host h2."):
+            _check_layout(job(["h1", "h2"]), mixed)
+
+
 def test_ranks_of_one_node_naming_different_hosts_are_refused():
     bad = reports((0, "h1", 2), (1, "h2", 2))
     bad[1]["host"] = "h2"
