@@ -58,16 +58,19 @@ def values_fields(bmv2: dict) -> list:
 
 
 def aggregate_primitives(bmv2: dict) -> list[str]:
-    (action,) = [a for a in bmv2["actions"] if a["name"].endswith("aggregation.aggregate")]
-    return [p["op"] for p in action["primitives"]]
+    """The primitives of the Aggregation control's actions (load, place, decide, commit)."""
+    actions = [a for a in bmv2["actions"] if ".aggregation." in a["name"]]
+    assert sorted(a["name"].rsplit(".", 1)[1] for a in actions) == \
+        ["commit", "decide", "load", "place"]
+    return [p["op"] for a in actions for p in a["primitives"]]
 
 
 @needs_p4c
 @pytest.mark.parametrize("k", [k for k in P.K_CHOICES if k != P.K])
 def test_every_other_k_builds_the_same_program_wider(build, tmp_path, k):
     """PASSING_K=k python -m passing.p4build: the values header and slot_values grow by whole
-    2048-bit words, the aggregation stays one action with one more register read and write per
-    word, and the P4Info differs in slot_values' size only."""
+    2048-bit words, the aggregation keeps its four actions with one more register read and
+    write per word, and the P4Info differs in slot_values' size only."""
     env = dict(os.environ, PASSING_K=str(k), PYTHONPATH=str(REPO))
     res = subprocess.run([sys.executable, "-m", "passing.p4build", "--out", str(tmp_path)],
                          cwd=REPO, env=env, capture_output=True, text=True)
@@ -83,7 +86,7 @@ def test_every_other_k_builds_the_same_program_wider(build, tmp_path, k):
     extra = k // 64 - P.VALUE_WORDS
     assert ops_wide.count("register_read") - ops_here.count("register_read") == extra
     assert ops_wide.count("register_write") - ops_here.count("register_write") == extra
-    # No tables or conditions added: BMv2's per-packet cost grows only inside the one action.
+    # No tables or conditions added: BMv2's per-packet cost grows only inside the actions.
     assert [len(p["tables"]) for p in wide["pipelines"]] == \
         [len(p["tables"]) for p in here["pipelines"]]
     assert [len(p["conditionals"]) for p in wide["pipelines"]] == \
