@@ -113,9 +113,7 @@ class PassingAllreduce:
         """Release the leader's UDP socket (the group is the caller's: it is left as it is).
         Idempotent; the object cannot sum afterwards."""
         if self.streamer is not None:
-            close = getattr(self.streamer.transport, "close", None)
-            if close is not None:
-                close()
+            self.streamer.close()
             self.streamer = None
 
     def allreduce(self, tensor: torch.Tensor, divide_by: int = 1) -> torch.Tensor:

@@ -25,6 +25,7 @@ with a new session, which the switch keeps apart from this one.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -179,6 +180,7 @@ class _Call:
 
 # Results kept for rounds not sent yet: a whole large call's worth (4M values at K=64).
 _EARLY_MAX = 1 << 16
+_DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at a time
 
 
 class SlotStreamer:
@@ -200,6 +202,19 @@ class SlotStreamer:
         # instead of sending: the switch may have left those rounds behind).
         self.early: dict[tuple[int, int], np.void] = {}
         self.short_streak = 0  # calls in a row whose sums left some GPU out
+        # Between calls a host may be late (computing) while the others' results arrive: in
+        # quorum mode a thread keeps reading them into `early`, so that no socket buffer
+        # limits how late a host may be (docs/protocol.md, "Rounds, quorum and late
+        # contributions"). A call holds `_io`; the thread reads only between calls.
+        self._io = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = threading.Event()
+        self._drainer: threading.Thread | None = None
+        if cfg.patience is not None:
+            self._drainer = threading.Thread(target=self._drain, daemon=True,
+                                             name=f"passing-drain-{cfg.job_id}")
+            self._drainer.start()
         self.last_counts = np.zeros(0, dtype=np.int64)  # GPUs in each element of the last sum
         self._counts = np.zeros(0, dtype=np.int64)
         if not 0 < cfg.session < 1 << 64:
@@ -237,11 +252,15 @@ class SlotStreamer:
         if self.broken is not None:
             raise SessionBroken(f"job {self.cfg.job_id}: session {self.cfg.session:#x} failed "
                                 f"earlier ({self.broken}); start a new session")
+        self._idle.clear()
         try:
-            sums, agreed = self._run(blocks, local_exp)
+            with self._io:
+                sums, agreed = self._run(blocks, local_exp)
         except BaseException as e:
             self.broken = f"{type(e).__name__}: {e}"
             raise
+        finally:
+            self._idle.set()
         self.last_counts = np.repeat(self._counts, P.K)[:n]
         if local_error is not None and (self.cfg.patience is None
                                         or np.any(agreed == fx.POISON)):
@@ -424,10 +443,40 @@ class SlotStreamer:
             return recv_rows(timeout)
         return packet.rows_of(self.transport.recv(timeout))
 
+    def close(self) -> None:
+        """Stop reading between calls and close the transport (if it can be closed)."""
+        self._stop.set()
+        if self._drainer is not None:
+            self._drainer.join(5)
+        close = getattr(self.transport, "close", None)
+        if close is not None:
+            close()
+
+    def _drain(self) -> None:
+        """Between calls: results that arrive are kept in `early` (the others may be closing
+        rounds without this host), not left to overflow the socket's buffer."""
+        while not self._stop.is_set():
+            if not self._idle.wait(0.1):
+                continue
+            with self._io:
+                if self._stop.is_set() or not self._idle.is_set():
+                    continue
+                try:
+                    rows, other = self._receive(_DRAIN_POLL)
+                except (OSError, ValueError):  # the transport was closed under us
+                    return
+                self.stats.ignored += other
+                if len(rows):
+                    recs = np.ascontiguousarray(rows).view(packet.PAYLOAD_DTYPE).ravel()
+                    slot = recs["slot"].astype(np.int64)
+                    kept = self._keep_early(recs, slot, np.zeros(0, dtype=np.int64), None)
+                    self.stats.ignored += len(rows) - kept
+            time.sleep(0)  # a call waiting for `_io` gets it now
+
     def _keep_early(self, recs: np.ndarray, slot: np.ndarray, matched: np.ndarray,
-                    call: _Call) -> int:
+                    call: _Call | None) -> int:
         """Keep the results of rounds this host has not sent yet (see `early`), of this call
-        or a later one; how many were kept."""
+        (None: between calls) or a later one; how many were kept."""
         mine = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
                 & (recs["session"] == self.cfg.session) & (slot < self.cfg.window))
         rest = np.setdiff1d(np.flatnonzero(mine), matched)
@@ -435,7 +484,8 @@ class SlotStreamer:
             return 0
         s = slot[rest]
         pending = np.zeros(self.cfg.window, dtype=bool)
-        pending[:call.used] = call.pending
+        if call is not None:
+            pending[:call.used] = call.pending
         ahead = (recs["round"][rest].astype(np.uint32) - self.rounds[s]).astype(np.uint32)
         rest = rest[(ahead < 1 << 31) & ((ahead > 0) | ~pending[s])]
         for i in rest.tolist():
