@@ -5,7 +5,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-other-k lint bench bench-quick bench-bmv2 bench-model run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-other-k lint bench bench-quick bench-bmv2 bench-model bench-stragglers run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -20,6 +20,8 @@ help:
 	@echo "make bench-quick   the same in CI size: small tensors, correctness of every strategy"
 	@echo "make bench-bmv2    aggregation packets/s vs plain forwarding on the same BMv2"
 	@echo "make bench-model   the same for the software switch model"
+	@echo "make bench-stragglers  training with one host 2x slower: bulk-synchronous vs quorum"
+	@echo "                   (star, model; CSV, JSON, plot in build/stragglers; root)"
 	@echo "make run-topology  Mininet + switches + controller + a default job, then the CLI"
 	@echo "                   (TOPO=star|leafspine, TARGET=auto|bmv2|model)"
 	@echo "make stop          clean up after a run: Mininet, switch processes, namespaces"
@@ -69,6 +71,12 @@ bench-bmv2: build
 bench-model:
 	@mkdir -p $(BUILD)
 	$(PY) -m bench.switch_pps --target model --json-out $(BUILD)/bench-model.json
+
+# Training with a straggler (bench/stragglers.py, docs/benchmarks.md "Stragglers"); root.
+bench-stragglers:
+	@[ "$$(id -u)" = 0 ] || { echo "make bench-stragglers: Mininet needs root"; exit 2; }
+	@./scripts/stop.sh >/dev/null
+	$(PY) -m bench.stragglers --out $(BUILD)/stragglers
 
 TOPO ?= star
 TARGET ?= auto

@@ -56,6 +56,17 @@ def make_model(seed: int) -> nn.Module:
                              nn.Linear(HIDDEN, CLASSES))
 
 
+def model_and_buffer(seed: int) -> tuple[nn.Module, list[nn.Parameter], int, torch.Tensor]:
+    """make_model(seed), its parameters (each with a zeroed .grad), how many gradient elements
+    they have, and the one buffer a step's all-reduce sums: those gradients, then the loss."""
+    model = make_model(seed)
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    n_grad = sum(p.numel() for p in params)
+    return model, params, n_grad, torch.empty(n_grad + 1, dtype=torch.float32)
+
+
 def set_flat_grads(model: nn.Module, flat: torch.Tensor) -> None:
     """Copy `flat` (every parameter's gradient in `model.parameters()` order) back into each
     parameter's `.grad`."""
@@ -115,12 +126,7 @@ def train(allreduce: Allreduce, rank: int, world: int, steps: int,
     batches = torch.from_numpy(
         batch_indices(len(x_train), steps, global_batch, seed)[:, rank * shard:(rank + 1) * shard])
 
-    model = make_model(seed)
-    params = list(model.parameters())
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    n_grad = sum(p.numel() for p in params)
-    flat = torch.empty(n_grad + 1, dtype=torch.float32)
+    model, params, n_grad, flat = model_and_buffer(seed)
     loss_fn = nn.CrossEntropyLoss()
 
     start = time.perf_counter()

@@ -29,6 +29,7 @@ from controller.store import StoreError
 from controller.switch import SwitchError
 from controller.topology import TopologyError, load, read_json
 from passing import protocol as P
+from passing.contract import MAX_STALENESS, check_patience
 
 EXIT_REFUSED, EXIT_SWITCH = 3, 4
 
@@ -109,11 +110,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the host agents' job parameters (JSON) to this file")
     c.add_argument("--quorum", type=_quorum, default=(), metavar="Q[,Q1]",
                    help=QUORUM_HELP)
-    js = add("set", "change a running job's quorum (rounds in flight keep their sums)", jsub,
-             "job set")
+    c.add_argument("--patience", type=_patience, default=(), metavar="P|MIN..MAX",
+                   help=PATIENCE_HELP)
+    c.add_argument("--staleness", type=_staleness, default=1, metavar="S",
+                   help=STALENESS_HELP + " (default 1)")
+    js = add("set", "change a running job's quorum (live: rounds in flight keep their sums), "
+                    "its agents' patience or staleness bound", jsub, "job set")
     js.add_argument("job_id", type=int)
-    js.add_argument("--quorum", type=_quorum, required=True, metavar="Q[,Q1]|all",
+    js.add_argument("--quorum", type=_quorum, default=None, metavar="Q[,Q1]|all",
                     help=QUORUM_HELP + "; 'all' goes back to waiting for everyone")
+    js.add_argument("--patience", type=_patience, default=None, metavar="P|MIN..MAX|none",
+                    help=PATIENCE_HELP + "; 'none': never ask")
+    js.add_argument("--staleness", type=_staleness, default=None, metavar="S",
+                    help=STALENESS_HELP)
     d = add("delete", "delete a job and free its slots", jsub, "job delete")
     d.add_argument("job_id", type=int)
     add("list", "list jobs", jsub, "job list")
@@ -139,6 +148,35 @@ QUORUM_HELP = ("how many of a slot's contributions a host that waited long enoug
                "for everyone (bulk-synchronous)")
 
 
+PATIENCE_HELP = ("for the host agents: seconds a round waits for the other hosts before a host "
+                 "asks the switch to close it with the quorum; MIN..MAX: adaptive, the time "
+                 "rounds with every host in time take, within those bounds. Agents read it "
+                 "when their session starts; their PASSING_PATIENCE overrides it. Default: "
+                 "never ask (every round waits for everyone)")
+STALENESS_HELP = ("for the host agents: calls in a row that may leave some GPU out before one "
+                  "waits for everyone; read when their session starts (PASSING_STALENESS "
+                  "overrides it)")
+
+
+def _patience(text: str) -> tuple[float, ...]:
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        value = tuple(float(x) for x in text.split("..", 1))
+        check_patience(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: P or MIN..MAX seconds, positive and finite, MIN <= MAX (or 'none' with "
+            "job set)") from None
+    return value
+
+
+def _staleness(text: str) -> int:
+    if not text.strip().isdigit() or int(text) > MAX_STALENESS:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of calls, 0..{MAX_STALENESS}")
+    return int(text)
+
+
 def _quorum(text: str) -> tuple[int, ...]:
     if text.strip().lower() == "all":
         return ()
@@ -151,6 +189,14 @@ def _quorum(text: str) -> tuple[int, ...]:
             f"{text!r}: Q or Q,Q1 (at the hosts' switches, at the spine), each 1..{P.MAX_FAN_IN},"
             " or 'all'")
     return q
+
+
+def _patience_text(patience: tuple[float, ...]) -> str:
+    if not patience:
+        return "no patience (never ask to close)"
+    if len(patience) == 1:
+        return f"patience {patience[0]:g} s"
+    return f"patience {patience[0]:g}..{patience[1]:g} s (adaptive)"
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -314,7 +360,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         hosts = tuple(ctl.topo.hosts) if args.all_hosts else \
             tuple(h.strip() for h in args.hosts.split(",") if h.strip())
         spec = JobSpec(args.job_id, hosts, args.window, args.min_window,
-                       agent_port=args.agent_port, mode=args.mode, quorum=args.quorum)
+                       agent_port=args.agent_port, mode=args.mode, quorum=args.quorum,
+                       patience=args.patience, staleness=args.staleness)
         rec = ctl.create_job(spec)
         params = ctl.agent_params(rec.job_id).to_dict()
         if args.params_out:
@@ -324,13 +371,17 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                      f"agent ports {_agent_ports(ctl, rec)}:\n"
                      + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role"]))
     if args.job_cmd == "set":
-        ctl.set_quorum(args.job_id, args.quorum)
+        rec = ctl.set_policy(args.job_id, quorum=args.quorum, patience=args.patience,
+                             staleness=args.staleness)
+        spec = JobSpec.from_dict(rec.spec)
         per = ctl.quorums(args.job_id)
         rows = [{"switch": sw, **q} for sw, q in per.items()]
-        return {"job_id": args.job_id, "quorum": per}, (
-            f"job {args.job_id}: " + ("rounds wait for everyone" if not args.quorum else
-                                      f"quorum {','.join(map(str, args.quorum))}")
-            + "\n" + _table(rows, ["switch", "fan_in", "quorum"]))
+        agents = {"patience": list(spec.patience), "staleness": spec.staleness}
+        return {"job_id": args.job_id, "quorum": per, "agents": agents}, (
+            f"job {args.job_id}: " + ("rounds wait for everyone" if not spec.quorum else
+                                      f"quorum {','.join(map(str, spec.quorum))}")
+            + f"; agents: {_patience_text(spec.patience)}, staleness {spec.staleness} (read "
+            "when a session starts)\n" + _table(rows, ["switch", "fan_in", "quorum"]))
     if args.job_cmd == "delete":
         rec = ctl.delete_job(args.job_id)
         freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}" for p in rec.pools)
@@ -358,7 +409,11 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
 
 def main(argv: list[str] | None = None, ctl: Controller | None = None) -> int:
     """passing-ctl; with `ctl`, the command runs on that controller (no --config needed)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "job_cmd", None) == "set" and args.quorum is None \
+            and args.patience is None and args.staleness is None:
+        parser.error("job set: give --quorum, --patience or --staleness")
     try:
         if args.cmd == "serve":
             return serve(args, ctl)

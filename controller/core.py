@@ -372,13 +372,27 @@ class Controller:
         job_config entry of each of its switches is modified in place: rounds in flight keep
         their sums, and the next CLOSE request is judged by the new quorum. The record is
         written first; if a switch fails, `reconcile` finishes the change."""
+        return self.set_policy(job_id, quorum=quorum)
+
+    def set_policy(self, job_id: int, *, quorum: tuple[int, ...] | None = None,
+                   patience: tuple[float, ...] | None = None,
+                   staleness: int | None = None) -> JobRecord:
+        """Change what is given (None: left as it is): the quorum, live on the switches (see
+        set_quorum); the agents' patience and staleness bound, in the parameters agents read
+        when their session starts (`passing-ctl serve`)."""
         rec = self.job(job_id)
+        spec = JobSpec.from_dict(rec.spec)
+        change = {k: v for k, v in (("quorum", quorum), ("patience", patience),
+                                     ("staleness", staleness)) if v is not None}
         try:
-            spec = dataclasses.replace(JobSpec.from_dict(rec.spec), quorum=tuple(quorum))
+            spec = dataclasses.replace(spec, **{k: tuple(v) if isinstance(v, list | tuple)
+                                                else v for k, v in change.items()})
             job_plan = plan(spec, self.topo)
         except JobError as e:
             raise ControllerError(str(e)) from None
         rec = self.store.set_spec(job_id, spec.to_dict())
+        if quorum is None:
+            return rec
         claims = self._guard_claims()
         for pool in rec.pools:
             d = self._desired(job_plan, pool, claims)
@@ -443,7 +457,8 @@ class Controller:
                                         local_gpus=self.topo.hosts[m.name].gpus))
         return JobParams(job_id, spec.mode, spec.session_key,
                          switch_udp_port=P.PASSING_UDP_PORT, agent_udp_port=spec.udp_port,
-                         window=rec.pools[0].size, hosts=tuple(hosts))
+                         window=rec.pools[0].size, hosts=tuple(hosts),
+                         patience=spec.patience, staleness=spec.staleness)
 
     # -- observation ----------------------------------------------------------------------------
     def slots(self) -> dict[str, SlotAllocator]:

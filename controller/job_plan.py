@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from controller.topology import Topology
 from passing import protocol as P
-from passing.contract import MODES
+from passing.contract import MAX_STALENESS, MODES, check_patience
 
 # Agent ports are allocated from here up: above Linux's default ephemeral range (32768-60999),
 # so that the switches' guard of these ports never drops an ordinary flow's reply.
@@ -59,6 +59,12 @@ class JobSpec:
     # quorum and late contributions"); a switch with fewer contributors uses its fan-in. Empty,
     # or a level left out: every round waits for everyone (bulk-synchronous).
     quorum: tuple[int, ...] = ()
+    # The agents' side of a quorum, handed to them in their parameters (docs/pytorch.md):
+    # seconds a round waits before a host asks to close it, (P,) fixed, (MIN, MAX) adaptive,
+    # () never (every round waits for everyone); and how many calls in a row may leave some
+    # GPU out before one waits for everyone. Agents read them when their session starts.
+    patience: tuple[float, ...] = ()
+    staleness: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.job_id <= 0xFFFF:
@@ -85,6 +91,13 @@ class JobSpec:
                                        for q in self.quorum):
             raise JobError(f"quorum {list(self.quorum)}: one or two whole numbers (at the "
                            f"hosts' switches, then at the spine), each in 1..{P.MAX_FAN_IN}")
+        try:
+            check_patience(self.patience)
+        except ValueError as e:
+            raise JobError(str(e)) from None
+        if type(self.staleness) is not int or not 0 <= self.staleness <= MAX_STALENESS:
+            raise JobError(f"staleness {self.staleness!r}: a whole number of calls, "
+                           f"0..{MAX_STALENESS}")
 
     @property
     def udp_port(self) -> int:
@@ -105,6 +118,7 @@ class JobSpec:
         d = asdict(self)
         d["hosts"] = list(self.hosts)
         d["quorum"] = list(self.quorum)
+        d["patience"] = list(self.patience)
         return d
 
     @classmethod
@@ -114,7 +128,8 @@ class JobSpec:
         and all agents (PASSING_K), so a job stored under another K is installed as it is."""
         fields_ = {k: v for k, v in d.items() if k != "k"}
         return cls(**{**fields_, "hosts": tuple(d["hosts"]),
-                      "quorum": tuple(d.get("quorum", ()))})
+                      "quorum": tuple(d.get("quorum", ())),
+                      "patience": tuple(d.get("patience", ()))})
 
 
 @dataclass(frozen=True)

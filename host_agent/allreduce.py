@@ -97,6 +97,9 @@ class PassingAllreduce:
         self.local_size = self._local.size()
         self.is_leader = self._local.rank() == 0
         self.session = job_session(params, group, session)
+        # Known on every local rank (the options are the same on all), so that calls_behind
+        # is a collective only where it can answer more than 0.
+        self.quorum_mode = stream_options.get("patience") is not None
         self.streamer = None
         if self.is_leader:
             if transport is None:
@@ -115,6 +118,21 @@ class PassingAllreduce:
         if self.streamer is not None:
             self.streamer.close()
             self.streamer = None
+
+    def calls_behind(self, numel: int, device: torch.device | str = "cpu") -> int:
+        """How many of the next all-reduces of `numel` elements the other hosts have already
+        completed without this one (quorum mode; 0 otherwise). Every local rank calls it at
+        the same point (a broadcast from the leader over the local group, with a tensor on
+        `device`), and gets the same answer; that many calls may then be made with zeros
+        (no gradient computed): each returns the result the others already stepped with.
+        See docs/pytorch.md, "Stragglers"."""
+        if not self.quorum_mode:
+            return 0
+        count = torch.zeros(1, dtype=torch.int64, device=device)
+        if self.is_leader and self.streamer is not None:
+            count[0] = self.streamer.calls_ready(numel)
+        self._local.broadcast([count], _from_leader()).wait()
+        return int(count.item())
 
     def allreduce(self, tensor: torch.Tensor, divide_by: int = 1) -> torch.Tensor:
         """Sum `tensor` over every rank of every server of the job, in place (then divided by
@@ -159,10 +177,11 @@ class PassingAllreduce:
             return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
         counts = self.streamer.last_counts
         complete = self.streamer.cfg.complete
-        if self.streamer.cfg.patience is not None and np.any(counts < complete):
+        if np.any(counts < complete):
             # A round closed by a quorum (docs/protocol.md) holds fewer GPUs' values: scaled
             # to the full sum they estimate, so that an average (AVG, DDP's division by the
             # world size) is the mean of the gradients that made it, as in backup-worker SGD.
+            # Decided by the result alone, the same on every host whatever its own settings.
             scale = complete / np.maximum(counts, 1)
             result *= torch.from_numpy(scale.reshape(result.shape))
         if divide_by != 1:

@@ -266,6 +266,27 @@ class PassingProcessGroup(dist.ProcessGroup):
         return self._delegates[kind]
 
 
+def calls_behind(numel: int, device: torch.device | str = "cpu") -> int:
+    """How many of its next `all_reduce` calls of `numel` elements this rank's host may skip
+    computing: the other hosts closed those rounds without it (a quorum, PASSING_PATIENCE) and
+    their results are already here. 0 under any other backend, or without a quorum.
+
+    Every rank of this host calls it at the same point of its loop (it is a broadcast inside
+    the host; other hosts need not call it). A loop then makes that many all-reduces of
+    zeros and steps with their results, as the other hosts did, before computing again::
+
+        for _ in range(calls_behind(flat.numel())):
+            flat.zero_()
+            dist.all_reduce(flat, op=dist.ReduceOp.AVG)  # returns at once, the others' mean
+            apply(flat)
+    """
+    pg = dist.group.WORLD if dist.is_initialized() else None
+    passing = getattr(pg, "passing", None) if isinstance(pg, PassingProcessGroup) else None
+    if passing is None:
+        return 0
+    return passing.calls_behind(numel, device)
+
+
 def _seconds(env: Mapping[str, str], name: str) -> float | None:
     text = env.get(name)
     if text is None:
@@ -279,26 +300,44 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
     return seconds
 
 
-def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ) -> dict:
+def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ,
+                   params: JobParams | None = None) -> dict:
     """How long an all-reduce waits for the switch's results before it fails: the process
     group's timeout, as gloo and NCCL wait for a slow rank (a host busy evaluating or saving a
     checkpoint is late, not gone); PASSING_TIMEOUT (seconds) overrides it.
 
     Quorum (docs/protocol.md, "Rounds, quorum and late contributions"; the job's quorum is
     set with passing-ctl job create/set --quorum): PASSING_PATIENCE (seconds) is how long a
-    packet waits for the other hosts before this host asks the switch to close its round,
+    packet waits for the other hosts before this host asks the switch to close its round
+    (MIN..MAX: adaptive, the time rounds with every host in time take, within those bounds),
     PASSING_STALENESS (default 1) how many calls in a row may leave some GPU out before a
-    call waits for everyone. Unset: every round waits for everyone."""
+    call waits for everyone. Unset, the job's own (`params`: passing-ctl job create/set
+    --patience, --staleness) apply; unset there too, every round waits for everyone."""
     options: dict = {"deadline": _seconds(env, "PASSING_TIMEOUT") or timeout.total_seconds()}
-    patience = _seconds(env, "PASSING_PATIENCE")
-    if patience is not None:
-        options["patience"] = patience
+    text = env.get("PASSING_PATIENCE")
+    if text is not None and ".." in text:
+        try:
+            floor, top = (_seconds({"": part}, "") for part in text.split("..", 1))
+        except PassingInitError:
+            floor = top = None
+        if floor is None or top is None or floor > top:
+            raise PassingInitError(f"PASSING_PATIENCE={text!r}: MIN..MAX seconds with "
+                                   "0 < MIN <= MAX (adaptive), or one number (fixed)")
+        options["patience_min"], options["patience"] = floor, top
+    elif text is not None:
+        options["patience"] = _seconds(env, "PASSING_PATIENCE")
+    elif params is not None and params.patience:
+        options["patience"] = params.patience[-1]
+        if len(params.patience) == 2:
+            options["patience_min"] = params.patience[0]
     text = env.get("PASSING_STALENESS")
     if text is not None:
         if not text.strip().isdigit():
             raise PassingInitError(f"PASSING_STALENESS={text!r}: a whole number of calls, 0 "
                                    "or more")
         options["staleness"] = int(text)
+    elif params is not None and params.patience:
+        options["staleness"] = params.staleness
     return options
 
 
@@ -306,8 +345,9 @@ def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
     """This rank's half of the start-up check: its node, host and job, or the error it met."""
     try:
         layout = torchrun_layout(env)
-        options = stream_options(timeout, env)
+        stream_options(timeout, env)  # the environment's own mistakes first
         params = params_from_env(env)
+        options = stream_options(timeout, env, params)
         host = this_host(params, env)
         if params.mode != "passing":
             raise PassingInitError(f"job {params.job_id} is an {params.mode} job; the passing "
@@ -316,7 +356,8 @@ def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
         return {"error": str(e)}, ()
     return ({"node": layout.node, "host": host, "local_size": layout.local_size,
              "job": params.job_id, "digest": params_digest(params),
-             "patience": options.get("patience"), "staleness": options.get("staleness")},
+             "patience": [options.get("patience_min"), options.get("patience")],
+             "staleness": options.get("staleness")},
             (params, host, options))
 
 

@@ -73,6 +73,12 @@ class StreamConfig:
     # switches may complete its round with the contributions they have (if the job's quorum
     # allows). None: never; every round waits for everyone.
     patience: float | None = None
+    # Adaptive patience: with a floor set, a round waits the time rounds completed by every
+    # host have been taking (their mean plus four deviations, measured as the loss timer is),
+    # kept between `patience_min` and `patience`: no longer than a normal round's spread
+    # calls for, so a straggler costs little, and never so short that ordinary jitter cuts
+    # a host out. None: `patience` itself, fixed.
+    patience_min: float | None = None
     # ... except in a call that follows `staleness` calls in a row whose sums left some GPU
     # out: that call waits for everyone, so no host is left out more than `staleness` times
     # in a row. Every host sees the same results, so every host decides alike.
@@ -94,7 +100,7 @@ class StreamStats:
     probes: int = 0  # resends after a timer period without any result
     results: int = 0
     ignored: int = 0  # results that matched nothing pending (duplicates, stale)
-    closes: int = 0  # packets resent with CLOSE: their round waited `patience`
+    closes: int = 0  # packets that asked for CLOSE: waited `patience`, or follow one that did
     short_calls: int = 0  # calls whose sums left some GPU out (a round closed without it)
     taken_early: int = 0  # results taken from those that came before this host sent
     abstained: int = 0  # packets sent without values: the agreed scale left them out
@@ -128,6 +134,12 @@ class _Call:
         self.sent = np.zeros(used, dtype=np.float64)  # time of the latest transmission
         self.first_sent = np.zeros(used, dtype=np.float64)  # ... and of the first
         self.close = np.zeros(used, dtype=bool)  # patience ran out: its resends carry CLOSE
+        # The slot's packet waited the whole patience for the others (it asked for CLOSE then),
+        # and, per slot, whether its next packet asks for CLOSE when first sent (see _send).
+        self.waited = np.zeros(used, dtype=bool)
+        self.close_next = np.zeros(used, dtype=bool)
+        self.quorum = False  # this call may close rounds without everyone (patience applies)
+        self.eager = False  # ... and asks for CLOSE in every packet, at once (see _send)
         self.resent = np.zeros(used, dtype=bool)
         self.probed = np.zeros(used, dtype=bool)  # the latest transmission was a probe
         self.payloads = np.zeros((used, P.PAYLOAD_BYTES), dtype=np.uint8)
@@ -202,6 +214,12 @@ class SlotStreamer:
         # instead of sending: the switch may have left those rounds behind).
         self.early: dict[tuple[int, int], np.void] = {}
         self.short_streak = 0  # calls in a row whose sums left some GPU out
+        # The last call was short: the next closes its rounds as soon as the quorum is in.
+        self.eager = False
+        # How long a round completed by every host waits, from its packet's first send to
+        # its result (mean, mean deviation): what adaptive patience follows.
+        self.wait_avg: float | None = None
+        self.wait_dev = 0.0
         # Between calls a host may be late (computing) while the others' results arrive: in
         # quorum mode a thread keeps reading them into `early`, so that no socket buffer
         # limits how late a host may be (docs/protocol.md, "Rounds, quorum and late
@@ -272,14 +290,43 @@ class SlotStreamer:
                                     "value beyond float32's range) in the same call")
         return sums.ravel()[:n]
 
+    def calls_ready(self, n: int, most: int = 256) -> int:
+        """How many of this host's next all-reduces of `n` values the switch has already
+        completed without it: the others closed those rounds (a quorum) and every result of
+        each such call is kept in `early`. A host that is that far behind can take them
+        without computing the gradients it would have sent (backup-worker SGD lets a
+        late worker start at the current step); `most` caps the count. Results come in
+        between calls (the reader thread), so a later question may get a larger answer."""
+        if n <= 0 or self.cfg.patience is None:
+            return 0
+        nfrag = -(-n // P.K)
+        used = min(self.cfg.window, nfrag)
+        # Slot s carries an exponent packet, then fragments s, s + used, ...
+        frags = [[s] + list(range(s, nfrag, used)) for s in range(used)]
+        with self._io:
+            rounds = [int(r) for r in self.rounds[:used]]
+            ready = 0
+            while ready < most:
+                tag = (self.calls + ready) % 256
+                for s, seq in enumerate(frags):
+                    for j, frag in enumerate(seq):
+                        rec = self.early.get((s, (rounds[s] + j) & 0xFFFFFFFF))
+                        if rec is None or int(rec["tag"]) != tag or int(rec["frag"]) != frag:
+                            return ready
+                    rounds[s] += len(seq)
+                ready += 1
+        return ready
+
     # -- the window ---------------------------------------------------------------------------
     def _run(self, blocks: np.ndarray, local_exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every fragment of `blocks` through the switch: (sums, agreed exponents)."""
         call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams, self.calls % 256)
         self.calls += 1
-        patience = self.cfg.patience
-        if self.short_streak >= self.cfg.staleness:
-            patience = None  # someone was left out too often: this call waits for everyone
+        forced = self.short_streak >= self.cfg.staleness
+        # Someone was left out too often: this call waits for everyone.
+        patience = None if forced else self.patience_now()
+        call.quorum = patience is not None
+        call.eager = call.quorum and self.eager
         self._launch(call, np.arange(call.used, dtype=np.int64))
         # Loss recovery (docs/protocol.md, "Loss recovery"): `mark` is the newest first
         # transmission known to have been summed by every host; a packet last sent before it
@@ -297,6 +344,11 @@ class SlotStreamer:
             slots, frags, recs, newest = self._collect(rows, other, call)
             now = time.monotonic()
             if slots.size:
+                call.close_next[slots] = call.waited[slots] & (
+                    recs["num_contrib"].astype(np.int64) < self.cfg.complete)
+                if self.cfg.patience_min is not None:
+                    self._sample_wait(call, slots, recs, now, forced)
+                    patience = None if forced else self.patience_now()
                 last_progress = probe_ref = now
                 probes = 0
                 mark = max(mark, newest)
@@ -318,15 +370,44 @@ class SlotStreamer:
         self._counts = call.counts
         short = bool(np.any(call.counts < self.cfg.complete))
         self.short_streak = self.short_streak + 1 if short else 0
+        self.eager = short
         self.stats.short_calls += short
         return call.out, call.agreed
+
+    def patience_now(self) -> float | None:
+        """How long a packet waits for the other hosts before it asks for CLOSE (None:
+        always waits)."""
+        cfg = self.cfg
+        if cfg.patience is None or cfg.patience_min is None or self.wait_avg is None:
+            return cfg.patience
+        return min(max(self.wait_avg + 4 * self.wait_dev, cfg.patience_min), cfg.patience)
+
+    def _sample_wait(self, call: _Call, slots: np.ndarray, recs: np.ndarray, now: float,
+                     forced: bool) -> None:
+        """The slowest wait among results of rounds that every host made in time, sent once
+        (Karn): a CLOSE is a resend, so rounds a quorum closed never count. In a call that
+        waited for everyone (the staleness bound), a slot's first round waited for the
+        straggler to arrive and does not count either; its later rounds started together
+        on every host and do. Without that, a host that is always late would leave nothing
+        to measure and the patience at its upper bound."""
+        full = ~call.resent[slots] & (recs["num_contrib"].astype(np.int64) >= self.cfg.complete)
+        if forced:
+            full &= call.step[slots] > 0
+        if not full.any():
+            return
+        wait = float(np.max(now - call.first_sent[slots[full]]))
+        if self.wait_avg is None:
+            self.wait_avg, self.wait_dev = wait, wait / 2
+        else:
+            self.wait_dev = 0.75 * self.wait_dev + 0.25 * abs(self.wait_avg - wait)
+            self.wait_avg = 0.875 * self.wait_avg + 0.125 * wait
 
     def _close_overdue(self, call: _Call, now: float, patience: float) -> None:
         """Packets that waited `patience` for the others: resent with CLOSE, once each (their
         later resends carry it too)."""
         due = np.flatnonzero(call.pending & ~call.close & (now - call.first_sent >= patience))
         if due.size:
-            call.close[due] = True
+            call.close[due] = call.waited[due] = True
             self._resend(call, due, now, probe=False)
             self.stats.closes += due.size
 
@@ -369,8 +450,18 @@ class SlotStreamer:
         values, exp, abstain = call.values_and_exponents(slots, frag)
         self.stats.abstained += int(abstain.sum())
         rounds = self.rounds[slots]
+        # A slot whose previous round waited the whole patience and closed without some host
+        # asks for CLOSE at once: that host is late for this round too, unless it catches up
+        # before the quorum is in. Only once: the round after waits again, so a host that was
+        # only a little late (jitter) is not cut from every later round of the call. After a
+        # short call, every packet asks at once (docs/protocol.md, "Rounds, quorum and late
+        # contributions"), until a call completes with everyone: at the latest the one the
+        # staleness bound makes wait.
+        close = (call.close_next[slots] | call.eager) & call.quorum
         batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
-                                  contributor=cfg.contributor, flags=int(P.Flag.CONTRIB),
+                                  contributor=cfg.contributor,
+                                  flags=np.where(close, int(P.Flag.CONTRIB | P.Flag.CLOSE),
+                                                 int(P.Flag.CONTRIB)),
                                   round=rounds, frag=frag,
                                   num_contrib=np.where(abstain, 0, cfg.local_gpus),
                                   exp=exp, tag=call.tag, session=cfg.session)
@@ -382,7 +473,9 @@ class SlotStreamer:
         call.last_seq[slots] = seq
         call.resent[slots] = False
         call.probed[slots] = False
-        call.close[slots] = False
+        call.close[slots] = close
+        call.waited[slots] = False
+        self.stats.closes += int(close.sum())
         rows = packet.payload_rows(batch)
         call.payloads[slots] = rows  # kept for a resend
         send_rows = getattr(self.transport, "send_rows", None)

@@ -33,6 +33,21 @@ class ParamsError(ValueError):
     """Agent parameters that cannot be used; the message names the field and says why."""
 
 
+MAX_STALENESS = 1 << 20
+
+
+def check_patience(patience: tuple[float, ...]) -> None:
+    """(P,) fixed, (MIN, MAX) adaptive with MIN <= MAX, or () none; seconds, positive and
+    finite. Raises ValueError naming what is wrong."""
+    ok = isinstance(patience, tuple) and len(patience) <= 2 and all(
+        isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < float("inf")
+        for x in patience)
+    if not ok or (len(patience) == 2 and patience[0] > patience[1]):
+        shown = list(patience) if isinstance(patience, tuple) else repr(patience)
+        raise ValueError(f"patience {shown}: [] (rounds wait for everyone), [P] seconds, or "
+                         "[MIN, MAX] seconds (adaptive), each positive and finite, MIN <= MAX")
+
+
 def _check_int(where: str, value: Any, low: int, high: int) -> None:
     # bool is an int in Python, but `true` for a port is a broken file, not port 1.
     if not isinstance(value, int) or isinstance(value, bool):
@@ -95,9 +110,19 @@ class JobParams:
     # K of the controller that wrote them, which is its switches' (PASSING_K, one number per
     # deployment). Optional in a file: files written before the field existed carry none.
     values_per_packet: int = P.K
+    # The job's quorum policy for agents (controller.job_plan.JobSpec): seconds a round
+    # waits before a host asks to close it ((P,) fixed, (MIN, MAX) adaptive, () never), and
+    # calls in a row that may leave some GPU out. Optional in a file (older ones have none).
+    patience: tuple[float, ...] = ()
+    staleness: int = 1
 
     def __post_init__(self) -> None:
         _check_int("job_id", self.job_id, 1, 0xFFFF)
+        try:
+            check_patience(self.patience)
+        except ValueError as e:
+            raise ParamsError(str(e)) from None
+        _check_int("staleness", self.staleness, 0, MAX_STALENESS)
         if self.values_per_packet != P.K:
             raise ParamsError(
                 f"values_per_packet: the job's switches take {self.values_per_packet!r} values "
@@ -200,6 +225,7 @@ class JobParams:
                 "session_key": self.session_key, "switch_udp_port": self.switch_udp_port,
                 "agent_udp_port": self.agent_udp_port, "window": self.window,
                 "values_per_packet": self.values_per_packet,
+                "patience": list(self.patience), "staleness": self.staleness,
                 "hosts": {h.name: h.to_dict() for h in self.hosts}}
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -221,7 +247,7 @@ class JobParams:
                               f"agent reads format {FORMAT_VERSION}: {regenerate} with the "
                               "controller of the same PASSING version as the agents")
         top = {f.name for f in fields(cls)}
-        optional = {"values_per_packet"} - set(d)
+        optional = {"values_per_packet", "patience", "staleness"} - set(d)
         _check_keys("", d, top - optional | {"version"})
         if not isinstance(d["hosts"], dict):
             raise ParamsError("hosts: a JSON object of host name -> parameters")
@@ -232,7 +258,10 @@ class JobParams:
                 raise ParamsError(f"hosts.{name}: a JSON object, not {type(h).__name__}")
             _check_keys(f"hosts.{name}.", h, host_keys)
             hosts.append(HostParams(name, **h))
-        return cls(**{k: d[k] for k in top - {"hosts"} - optional}, hosts=tuple(hosts))
+        given = {k: d[k] for k in top - {"hosts"} - optional}
+        if isinstance(given.get("patience"), list):
+            given["patience"] = tuple(given["patience"])
+        return cls(**given, hosts=tuple(hosts))
 
     @classmethod
     def from_json(cls, text: str) -> JobParams:

@@ -156,7 +156,10 @@ class PassingCLI(CLI):
         report_train(res)
 
     def _ctl(self, *argv: str) -> None:
-        ctl_cli.main(list(argv), ctl=self.pnet.ctl)
+        try:
+            ctl_cli.main(list(argv), ctl=self.pnet.ctl)
+        except SystemExit:  # a bad command line: passing-ctl printed its usage
+            pass
         self.pnet.ctl.disconnect()
 
     def postcmd(self, stop, line):
@@ -167,6 +170,12 @@ class PassingCLI(CLI):
     def do_jobs(self, line: str) -> None:
         """jobs: the controller's job table."""
         self._ctl("job", "list")
+
+    def do_job(self, line: str) -> None:
+        """job SUBCOMMAND ...: passing-ctl job on this network's controller, e.g.
+        job set 1 --quorum 3 --patience 0.005..0.05 (the straggler policy the next train
+        uses), job show 1, job create 2 --hosts h1,h2 --window 16."""
+        self._ctl("job", *shlex.split(line))
 
     def do_slots(self, line: str) -> None:
         """slots: slot occupancy per switch."""

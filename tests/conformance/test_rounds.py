@@ -124,11 +124,13 @@ def test_a_round_closed_by_a_quorum_and_its_late_contribution(star):
     assert stats.late(0) == {2: 2}
 
 
+@pytest.mark.parametrize("first_send", [False, True])
 @pytest.mark.parametrize("quorum", [0, 2])
-def test_close_completes_nothing_below_the_quorum(star, quorum):
+def test_close_completes_nothing_below_the_quorum(star, quorum, first_send):
     """CLOSE with fewer contributions than the quorum is a plain duplicate; under BSP
     (quorum = fan_in, what 0 installs) it never completes a round: the last contribution
-    does."""
+    does. The contribution that reaches the quorum may ask for CLOSE in a resend or in its
+    first transmission (what an agent sends after a round that waited its whole patience)."""
     sw = star["s1"]
     install_job(sw.conn, DEV, job_id=9, members={1: 0, 2: 1, 3: 2}, pool_size=2, quorum=quorum)
     vals = values(11, 3)
@@ -136,7 +138,9 @@ def test_close_completes_nothing_below_the_quorum(star, quorum):
     sw.test_ports[1].send(contribution(DEV, 1, vals[0], job_id=9, slot=0, round=4, flags=CLOSE))
     counted(sw, "job_duplicates", 1)
     silent(sw, [1, 2, 3])
-    sw.test_ports[2].send(contribution(DEV, 2, vals[1], job_id=9, slot=0, round=4, flags=CLOSE))
+    second = int(P.Flag.CONTRIB | P.Flag.CLOSE) if first_send else CLOSE
+    sw.test_ports[2].send(contribution(DEV, 2, vals[1], job_id=9, slot=0, round=4,
+                                       flags=second))
     if quorum:  # the second contribution reaches the quorum and closes
         expected, ports = vals[:2], [1, 2, 3]
     else:

@@ -83,6 +83,16 @@ def test_operator_session(switches_of, tmp_path, capsys):
     assert code == 0 and "repaired" not in out  # the switch holds the new quorum
     code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--quorum", "all", "--json")
     assert json.loads(out)["quorum"] == {"s1": {"fan_in": 2, "quorum": 2}}
+    # The agents' side: in the parameters agents fetch, the quorum left as it was.
+    code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--patience", "0.02..0.1",
+                       "--staleness", "3")
+    assert code == 0 and "patience 0.02..0.1 s (adaptive), staleness 3" in out
+    assert "rounds wait for everyone" in out
+    code, out, _ = ctl(capsys, cfg, "job", "show", "7", "--json")
+    params = JobParams.from_dict(json.loads(out)["agent_params"])
+    assert params.patience == (0.02, 0.1) and params.staleness == 3
+    code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--patience", "none", "--json")
+    assert json.loads(out)["agents"] == {"patience": [], "staleness": 3}
 
     # User errors: one line on stderr, exit 3.
     for args, message in [
@@ -137,6 +147,11 @@ def test_bad_configuration(tmp_path, capsys, content, message):
 def test_usage_errors_exit_2(capsys):
     for argv in (["job", "create", "1", "--window", "4"], ["frobnicate"], ["stats", "x"],
                  ["job", "set", "1"], ["job", "set", "1", "--quorum", "0"],
+                 ["job", "set", "1", "--patience", "0"], ["job", "set", "1", "--patience",
+                                                          "0.2..0.1"],
+                 ["job", "set", "1", "--patience", "soon"],
+                 ["job", "set", "1", "--staleness", "-1"],
+                 ["job", "create", "8", "--hosts", "h3", "--window", "4", "--patience", "inf"],
                  ["job", "set", "1", "--quorum", "two"],
                  ["job", "create", "8", "--hosts", "h3", "--window", "4", "--quorum", "1,1,1"]):
         with pytest.raises(SystemExit) as e:
@@ -189,3 +204,25 @@ def test_stats_accounts_for_every_dropped_forged_packet(fabric_of, tmp_path, cap
     assert dict(zip(head, row, strict=True)) == {
         "SWITCH": "s1", "UNKNOWN_JOB": "0", "MALFORMED": "0", "FORGED": "1",
         "UNCHECKED_UDP": "1", "TAGGED": "0", "NO_PEER": "0"}
+
+
+def test_the_mininet_cli_job_command_sets_the_straggler_policy(make_control, capsys):
+    """`job set ...` at the passing> prompt is passing-ctl job set on the network's
+    controller: the quorum goes to the switch, patience and staleness into the parameters the
+    hosts' agents fetch; a bad command line prints its usage and leaves the prompt alive."""
+    from controller.job_plan import JobSpec
+    from topologies.run import PassingCLI
+
+    controller, _ = make_control("star")
+    controller.create_job(JobSpec(3, ("h1", "h2", "h3"), window=4))
+    cli = PassingCLI.__new__(PassingCLI)  # the commands, without Mininet's interactive loop
+    cli.pnet = type("Net", (), {"ctl": controller})()
+    cli.do_job("set 3 --quorum 2 --patience 0.005..0.05 --staleness 4")
+    assert "quorum 2; agents: patience 0.005..0.05 s (adaptive), staleness 4" in \
+        capsys.readouterr().out
+    assert controller.quorums(3) == {"s1": {"fan_in": 3, "quorum": 2}}
+    params = controller.agent_params(3)
+    assert params.patience == (0.005, 0.05) and params.staleness == 4
+    cli.do_job("set 3 --quorum two")
+    assert "usage" in capsys.readouterr().err
+    assert controller.quorums(3) == {"s1": {"fan_in": 3, "quorum": 2}}

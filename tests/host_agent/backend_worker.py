@@ -10,6 +10,9 @@ the same inputs, or the error it met. SCENARIO picks what to run:
   die          training until the test kills a node; the survivors must raise, not hang
   reinit       sum, destroy the group, init again in the same process and sum again (what
                destroy_process_group must release: the leader's port, the in-host group)
+  train_straggler
+               bench/straggler_train.py's loop, node 1 slower, skipping what it missed
+  behind       node 1 is three calls behind node 0 (a quorum); it takes them without computing
   straggler    node 1 starts each of 3 all-reduces (AVG) 1 s late; with a quorum and
                PASSING_PATIENCE the others do not wait for it (but for every other call)
 """
@@ -249,8 +252,39 @@ def straggler() -> list[list[float]]:
     return out
 
 
+def behind() -> dict:
+    """Node 0 makes three AVG calls while node 1 is away; node 1 then asks how many calls it
+    is behind and makes them with zeros; in a fourth call node 0 is the late one."""
+    from host_agent.backend import calls_behind
+    node = int(os.environ["GROUP_RANK"])
+    results = []
+    if node == 1:
+        time.sleep(2.0)
+    count = calls_behind(2000) if node == 1 else 0
+    for c in range(3 if node == 0 else count):
+        t = torch.full((2000,), float(RANK + 1) * (c + 1)) if node == 0 else torch.zeros(2000)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        results.append(sorted(set(t.tolist())))
+    if node == 0:
+        time.sleep(3.0)
+    t = torch.full((2000,), float(RANK + 1) * 4)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    results.append(sorted(set(t.tolist())))
+    return {"behind": count, "after": calls_behind(2000), "results": results}
+
+
 def main() -> int:
     scenario = os.environ["SCENARIO"]
+    if scenario == "train_straggler":  # the benchmark's own script, which inits the group
+        from bench import straggler_train
+        args = straggler_train.parse_args(os.environ["TRAIN_ARGS"].split())
+        try:
+            put("result", straggler_train.run(args))
+        except Exception as e:
+            put("error", {"type": type(e).__name__, "message": str(e),
+                          "traceback": traceback.format_exc()})
+            return 1
+        return 0
     try:
         dist.init_process_group("passing")
         if scenario == "reinit":
@@ -270,6 +304,8 @@ def main() -> int:
                            else [middle - before, sent() - middle]})
         elif scenario == "straggler":
             put("result", straggler())
+        elif scenario == "behind":
+            put("result", behind())
         elif scenario == "slow":
             if RANK == 0:
                 time.sleep(8)

@@ -241,6 +241,46 @@ def test_a_straggling_node_is_left_out_by_a_quorum_every_other_call(launch, tmp_
         assert set(call) <= {1.5, 2.5} and 1.5 in call, results[0]
 
 
+@pytest.mark.parametrize("switch", [1], indirect=True)
+def test_a_node_behind_by_whole_calls_takes_them_without_computing(launch, tmp_path):
+    """Quorum 1 of 2, staleness 5: node 0 makes three AVG calls (of 1+2, times the call's
+    number) while node 1 sleeps. calls_behind tells node 1's ranks 3; their three calls of
+    zeros return node 0's means (1.5, 3.0, 4.5, scaled from node 0's two GPUs), the same on
+    every rank; in a fourth call node 0 is the late one (3 s), and every rank gets node 1's
+    mean ((3 + 4) * 4 / 2 = 14.0)."""
+    run = launch("behind", env={"PASSING_PATIENCE": "0.05", "PASSING_STALENESS": "5"})
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    results = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
+    assert all(results), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    for rank, res in enumerate(results):
+        assert res["behind"] == (3 if rank >= LOCAL else 0), (rank, res)
+        assert res["results"] == [[1.5], [3.0], [4.5], [14.0]], (rank, res)
+        assert res["after"] == 0, (rank, res)
+
+
+@pytest.mark.parametrize("switch", [1], indirect=True)
+def test_a_slow_node_skips_the_steps_the_other_completed_and_stays_identical(launch,
+                                                                             tmp_path):
+    """bench/straggler_train.py's loop, 30 steps: node 1 computes 4x as long as node 0
+    (30 ms against 120 ms a step), quorum 1 of 2, patience 10 ms, staleness 3. Node 1
+    abandons steps node 0 completed without it and takes their results, and every rank ends
+    with the same weights, having learned (test accuracy far above chance)."""
+    args = ("--backend passing --steps 30 --compute-ms 30 --slow-node 1 --slow-factor 4 "
+            "--catch-up --check-ms 5 --eval-every 10")
+    run = launch("train_straggler", env={"PASSING_PATIENCE": "0.01", "PASSING_STALENESS": "3",
+                                          "TRAIN_ARGS": args})
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    reports = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
+    assert all(reports), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    assert len({r["param_checksum"] for r in reports}) == 1, reports
+    assert all(r["ok"] and r["steps"] == 30 and r["accuracy"] > 0.5 for r in reports)
+    assert all(r["accuracy"] == reports[0]["accuracy"] for r in reports)
+    for r in reports:
+        assert (r["skipped"] > 0) == (r["node"] == 1), r
+    leaders = [r for r in reports if "short_calls" in r]
+    assert len(leaders) == HOSTS and all(r["short_calls"] > 0 for r in leaders)
+
+
 def test_a_late_rank_is_waited_for_as_gloo_waits(launch, tmp_path):
     # No PASSING_TIMEOUT: the switch is given the process group's timeout, and rank 0 comes
     # 8 s late (longer than the stream's own default of 10 s would allow after a few resends).

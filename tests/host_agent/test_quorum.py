@@ -18,6 +18,7 @@ from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig, _Call
 from host_agent.transport import UdpTransport
 from passing import protocol as P
+from passing.packet import PAYLOAD_DTYPE as P_DTYPE
 from testbed.loopback import LoopbackSwitch, UdpLoopbackSwitch, random_tensors
 from tests.host_agent.test_backend import free_port
 
@@ -171,8 +172,100 @@ def test_a_host_late_by_more_results_than_its_socket_holds_takes_them_all():
         assert all(np.array_equal(r, results[0]) for r in results)
         assert np.all(results[0] == 3.0)  # hosts 1 and 2 in every round
         rounds = 8 + 600  # each slot's exponent packet, then its 75 fragments
-        assert hosts[2].stats.taken_early == rounds and hosts[2].stats.packets == 0
+        # Without the reader it could keep only what its buffer held (about 100). A result
+        # the kernel still dropped while the machine was busy is asked for again, and
+        # answered while its slot's version holds it (else the call would fail, not pass).
+        assert hosts[2].stats.taken_early >= rounds - 8
         for h in hosts:
             h.close()
     finally:
         sw.close()
+
+
+def test_a_host_behind_by_whole_calls_is_told_so_and_takes_them_without_sending():
+    """Hosts 1 and 2 make three calls (quorum 2 of 3, staleness 5) while host 3 is away.
+    Host 3 is then 3 calls behind for tensors of that size and for no other size; it makes
+    those calls with zeros, sends nothing, and gets exactly the others' results and counts,
+    call by call. Then it is behind by none, and in a fourth call it sends again."""
+    sw = LoopbackSwitch(HOSTS, slots=8, quorum=2)
+    hosts = streamers(sw, 8, patience=0.02, staleness=5)
+    n = 20 * P.K + 7  # fragments span the window more than once, the last one partial
+    tensors = random_tensors(HOSTS, n, seed=5)
+    assert hosts[2].calls_ready(n) == 0
+    results, counts = run_calls(hosts[:2], tensors[:2], 3, late={})
+    deadline = time.monotonic() + 10
+    while hosts[2].calls_ready(n) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the reader takes the multicast in
+    assert hosts[2].calls_ready(n) == 3
+    assert hosts[2].calls_ready(n, most=2) == 2
+    assert hosts[2].calls_ready(n + P.K) == 0  # a larger call has results still to come
+    for c in range(3):
+        taken = hosts[2].allreduce(np.zeros(n))
+        assert np.array_equal(taken, results[0][c]), c
+        assert np.array_equal(hosts[2].last_counts, counts[0][c]), c
+        assert np.all(counts[0][c] == 2), c  # hosts 1 and 2, in every round
+        sent = [t * (c + 1) for t in tensors]  # what hosts 1 and 2 summed in call c
+        assert np.all(np.abs(taken - sent[0].astype(np.float64) - sent[1]) <= bound(sent)), c
+    assert hosts[2].stats.packets == 0
+    assert hosts[2].calls_ready(n) == 0
+    # Host 3 is first this time: it computes and sends again.
+    fourth, counts4 = run_calls(hosts, [t * 4 for t in tensors], 1, late={0: 0.3, 1: 0.3})
+    assert all(np.array_equal(r[0], fourth[0][0]) for r in fourth)
+    assert np.all(counts4[0][0] >= 2) and hosts[2].stats.packets > 0
+    for h in hosts:
+        h.close()
+
+
+def test_adaptive_patience_learns_how_long_a_round_with_everyone_takes():
+    """Patience between 50 ms and 3 s. Two calls with every host in time (every round full)
+    teach the hosts how long a round takes, far less than 3 s here. In a third call host 3
+    starts 1 s late: the others close rounds without it, which a fixed 3 s patience would
+    not have done, and every host, the late one too, ends with the same results."""
+    sw = LoopbackSwitch(HOSTS, slots=8, quorum=2)
+    hosts = streamers(sw, 8, patience=3.0, patience_min=0.05, staleness=5)
+    assert all(h.patience_now() == 3.0 for h in hosts)  # nothing learned yet: the bound
+    tensors = random_tensors(HOSTS, 20 * P.K, seed=6)
+    _, counts = run_calls(hosts, tensors, 2, late={})
+    assert all(np.all(c == HOSTS) for per_host in counts for c in per_host)
+    learned = [h.patience_now() for h in hosts]
+    assert all(0.05 <= p < 1.0 for p in learned), learned
+    results, counts = run_calls(hosts, tensors, 1, late={2: 1.0})
+    for i in range(HOSTS):
+        assert np.array_equal(results[i][0], results[0][0]), i
+        assert np.array_equal(counts[i][0], counts[0][0]), i
+    assert np.any(counts[0][0] == 2)
+    assert np.all(made_of(results[0][0], counts[0][0], tensors))
+    for h in hosts:
+        h.close()
+
+
+def test_a_round_after_one_that_waited_the_whole_patience_asks_to_close_at_once():
+    """Host 3 never comes (quorum 2 of 3). A slot's round that waited the whole patience and
+    closed without it is followed by one sent with CLOSE at once; the round after that one
+    waits again, so a host only a little late is never cut from every later round."""
+    sw = LoopbackSwitch(HOSTS, slots=4, quorum=2)
+    hosts = streamers(sw, 4, patience=0.05, staleness=5)
+    firsts: list[list[tuple[int, int, int]]] = [[], []]  # (slot, round, flags), first sends
+    for i in (0, 1):
+        send = hosts[i].transport.send
+
+        def record(payload: bytes, i=i, send=send) -> None:
+            rec = np.frombuffer(payload, dtype=P_DTYPE)[0]
+            if not rec["flags"] & int(P.Flag.RETRANS):
+                firsts[i].append((int(rec["slot"]), int(rec["round"]), int(rec["flags"])))
+            send(payload)
+        hosts[i].transport.send = record
+    tensors = random_tensors(2, 20 * P.K, seed=7)  # 5 fragments per slot: 6 rounds each
+    _, counts = run_calls(hosts[:2], tensors, 1, late={})
+    assert np.all(counts[0][0] == 2) and np.all(counts[1][0] == 2)
+    at_once = set()
+    for i in (0, 1):
+        seen = sorted(firsts[i])
+        assert len(seen) == 4 * 6
+        mine = {(s, r) for s, r, f in seen if f & int(P.Flag.CLOSE)}
+        assert not any((s, r + 1) in mine for s, r in mine), mine  # never two in a row
+        assert all(r > 0 for _, r in mine)  # a slot's first round always waits
+        at_once |= mine
+    assert at_once  # ... and some round after it did not
+    for h in hosts:
+        h.close()

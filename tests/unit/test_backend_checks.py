@@ -5,6 +5,7 @@ same errors reach every rank."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from datetime import timedelta
@@ -70,6 +71,29 @@ def test_quorum_options_come_from_the_environment():
                       ("PASSING_STALENESS", "-1"), ("PASSING_STALENESS", "two")):
         with pytest.raises(PassingInitError, match=name):
             stream_options(timedelta(seconds=60), {name: bad})
+    # MIN..MAX: adaptive patience within those bounds.
+    assert stream_options(timedelta(seconds=60), {"PASSING_PATIENCE": "0.01..0.2"}) == \
+        {"deadline": 60.0, "patience": 0.2, "patience_min": 0.01}
+    assert stream_options(timedelta(seconds=60), {"PASSING_PATIENCE": "0.1..0.1"})[
+        "patience_min"] == 0.1
+    for bad in ("0.2..0.01", "..0.1", "0.01..", "a..b", "0..0.1", "0.01..inf", "0.01...0.1"):
+        with pytest.raises(PassingInitError, match="MIN..MAX"):
+            stream_options(timedelta(seconds=60), {"PASSING_PATIENCE": bad})
+
+
+def test_the_jobs_own_patience_and_staleness_apply_unless_the_environment_overrides():
+    params = dataclasses.replace(job(["h1", "h2"]), patience=(0.01, 0.1), staleness=3)
+    t = timedelta(seconds=60)
+    assert stream_options(t, {}, params) == \
+        {"deadline": 60.0, "patience": 0.1, "patience_min": 0.01, "staleness": 3}
+    assert stream_options(t, {"PASSING_PATIENCE": "0.05"}, params) == \
+        {"deadline": 60.0, "patience": 0.05, "staleness": 3}
+    assert stream_options(t, {"PASSING_STALENESS": "0"}, params)["staleness"] == 0
+    fixed = dataclasses.replace(params, patience=(0.2,))
+    assert stream_options(t, {}, fixed) == {"deadline": 60.0, "patience": 0.2, "staleness": 3}
+    # A job without patience: every round waits, whatever its staleness says.
+    assert stream_options(t, {}, dataclasses.replace(params, patience=())) == \
+        {"deadline": 60.0}
 
 
 def test_nodes_matching_the_hosts_give_each_node_its_ranks():
@@ -108,7 +132,7 @@ def test_ranks_closing_rounds_differently_are_refused():
     for r in same:
         r.update(patience=0.05, staleness=2)
     assert _check_layout(job(["h1", "h2"]), same) == {0: [0, 1], 1: [2, 3]}
-    for key, value in (("patience", None), ("staleness", 1)):
+    for key, value in (("patience", None), ("patience", [0.01, 0.05]), ("staleness", 1)):
         mixed = [dict(r) for r in same]
         mixed[3][key] = value
         with pytest.raises(PassingInitError, match="rank 3 .host h2. has .*PASSING_PATIENCE|"

@@ -42,6 +42,18 @@ def test_json_round_trip_keeps_every_field(mode):
     assert pickle.loads(pickle.dumps(params)) == params
 
 
+def test_the_quorum_policy_travels_and_older_files_without_it_mean_none():
+    params = job(patience=(0.005, 0.05), staleness=4)
+    doc = json.loads(params.to_json())
+    assert doc["patience"] == [0.005, 0.05] and doc["staleness"] == 4
+    assert JobParams.from_json(params.to_json()) == params
+    assert JobParams.from_json(job(patience=(0.05,)).to_json()).patience == (0.05,)
+    older = job().to_dict()
+    del older["patience"], older["staleness"]
+    assert JobParams.from_dict(older) == job() and job().patience == () \
+        and job().staleness == 1
+
+
 def test_load_reads_a_file_and_names_an_unreadable_one(tmp_path):
     path = tmp_path / "job.json"
     path.write_text(job().to_json())
@@ -75,6 +87,13 @@ BAD_FIELDS = [
     ("switch_udp_port", 70000, "switch_udp_port: 70000 outside 1..65535"),
     ("switch_udp_port", "48879", "switch_udp_port: '48879' is not an integer"),
     ("agent_udp_port", 0, "agent_udp_port: 0 outside 1..65535"),
+    ("patience", (0.0,), r"patience \[0.0\]: \[\] \(rounds wait for everyone\)"),
+    ("patience", (0.2, 0.1), r"patience \[0.2, 0.1\]: .*MIN <= MAX"),
+    ("patience", (0.1, 0.2, 0.3), r"patience \[0.1, 0.2, 0.3\]"),
+    ("patience", (float("inf"),), "patience .inf.: "),
+    ("patience", [0.1], r"patience '\[0.1\]'|patience \[0.1\]"),
+    ("staleness", -1, "staleness: -1 outside"),
+    ("staleness", True, "staleness: True is not an integer"),
     ("window", 0, "window: 0 outside 1..4096"),
     ("window", 5000, "window: 5000 outside 1..4096"),
     ("hosts", (), "hosts: a job has at least one host"),
