@@ -81,7 +81,9 @@ class PassingAllreduce:
         then must span every host of the job, and every rank of it constructs this together;
         nonfinite: with NaN or Inf on any rank, "raise" AllreduceError on every rank, or
         "propagate": the result is NaN everywhere, as a sum with NaN in it is (what
-        torch.amp.GradScaler needs to skip the step)."""
+        torch.amp.GradScaler needs to skip the step). `stream_options` (StreamConfig's:
+        patience, staleness, ...) must be the same on every local rank: only the leader
+        streams, but every rank takes part in calls_behind when patience is set."""
         # Refused here, on every rank: a wrong job would leave the leader waiting on the switch.
         h = params.host(host)
         if params.mode != "passing":
@@ -177,11 +179,12 @@ class PassingAllreduce:
             return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
         counts = self.streamer.last_counts
         complete = self.streamer.cfg.complete
-        if np.any(counts < complete):
+        if self.streamer.cfg.patience is not None and np.any(counts < complete):
             # A round closed by a quorum (docs/protocol.md) holds fewer GPUs' values: scaled
             # to the full sum they estimate, so that an average (AVG, DDP's division by the
             # world size) is the mean of the gradients that made it, as in backup-worker SGD.
-            # Decided by the result alone, the same on every host whatever its own settings.
+            # Only in quorum mode (the same on every rank, checked at start): a bulk-
+            # synchronous sum is never scaled, whatever total it was told to expect.
             scale = complete / np.maximum(counts, 1)
             result *= torch.from_numpy(scale.reshape(result.shape))
         if divide_by != 1:

@@ -139,6 +139,7 @@ class _Call:
         self.waited = np.zeros(used, dtype=bool)
         self.close_next = np.zeros(used, dtype=bool)
         self.quorum = False  # this call may close rounds without everyone (patience applies)
+        self.abstaining = np.zeros(used, dtype=bool)  # the slot's packet carries no values
         self.eager = False  # ... and asks for CLOSE in every packet, at once (see _send)
         self.resent = np.zeros(used, dtype=bool)
         self.probed = np.zeros(used, dtype=bool)  # the latest transmission was a probe
@@ -201,6 +202,7 @@ class SlotStreamer:
         self.transport = transport
         self.rounds = np.zeros(cfg.window, dtype=np.uint32)
         self.calls = 0
+        self.last_n: int | None = None  # values in this host's previous call
         self.stats = StreamStats()
         # Round-trip estimate (TCP's, RFC 6298): the probe timer follows the switch's queueing
         # delay.
@@ -267,6 +269,7 @@ class SlotStreamer:
             local_error = e
             blocks[:] = 0
             local_exp = np.full(nfrag, fx.POISON, dtype=np.uint8)
+        self.last_n = n
         if self.broken is not None:
             raise SessionBroken(f"job {self.cfg.job_id}: session {self.cfg.session:#x} failed "
                                 f"earlier ({self.broken}); start a new session")
@@ -296,25 +299,45 @@ class SlotStreamer:
         each such call is kept in `early`. A host that is that far behind can take them
         without computing the gradients it would have sent (backup-worker SGD lets a
         late worker start at the current step); `most` caps the count. Results come in
-        between calls (the reader thread), so a later question may get a larger answer."""
-        if n <= 0 or self.cfg.patience is None:
+        between calls (the reader thread), so a later question may get a larger answer.
+
+        Results do not say how large the others' call was, so a call of another size must
+        not pass for one of `n`: 0 if this host's previous call had another size (a loop
+        whose calls differ in size skips nothing), and a call counts only if each slot's
+        last result says no fragment follows in that slot (its `exp` is 0: every host
+        proposes 0 after its last fragment, a fragment's own exponent is never 0 unless it
+        is all zeros) and no slot beyond the call's holds a result of the same call."""
+        if n <= 0 or self.cfg.patience is None or self.last_n not in (None, n):
             return 0
         nfrag = -(-n // P.K)
         used = min(self.cfg.window, nfrag)
         # Slot s carries an exponent packet, then fragments s, s + used, ...
         frags = [[s] + list(range(s, nfrag, used)) for s in range(used)]
-        with self._io:
-            rounds = [int(r) for r in self.rounds[:used]]
-            ready = 0
-            while ready < most:
-                tag = (self.calls + ready) % 256
-                for s, seq in enumerate(frags):
-                    for j, frag in enumerate(seq):
-                        rec = self.early.get((s, (rounds[s] + j) & 0xFFFFFFFF))
-                        if rec is None or int(rec["tag"]) != tag or int(rec["frag"]) != frag:
-                            return ready
-                    rounds[s] += len(seq)
-                ready += 1
+        self._idle.clear()  # the reader thread lets go of `_io`, as for a call
+        try:
+            with self._io:
+                return self._ready(frags, used, most)
+        finally:
+            self._idle.set()
+
+    def _ready(self, frags: list[list[int]], used: int, most: int) -> int:
+        rounds = [int(r) for r in self.rounds]
+        ready = 0
+        while ready < most:
+            tag = (self.calls + ready) % 256
+            for s in range(used, self.cfg.window):  # a larger call would use them too
+                rec = self.early.get((s, rounds[s]))
+                if rec is not None and int(rec["tag"]) == tag:
+                    return ready
+            for s, seq in enumerate(frags):
+                for j, frag in enumerate(seq):
+                    rec = self.early.get((s, (rounds[s] + j) & 0xFFFFFFFF))
+                    if rec is None or int(rec["tag"]) != tag or int(rec["frag"]) != frag:
+                        return ready
+                    if j == len(seq) - 1 and int(rec["exp"]) != 0:
+                        return ready  # the slot goes on: the others' call is larger
+                rounds[s] += len(seq)
+            ready += 1
         return ready
 
     # -- the window ---------------------------------------------------------------------------
@@ -337,7 +360,7 @@ class SlotStreamer:
         while call.pending.any():
             wake = self._probe_due(probe_ref, probes)
             if patience is not None:
-                waiting = call.pending & ~call.close
+                waiting = call.pending & ~call.close & ~call.abstaining
                 if waiting.any():
                     wake = min(wake, float(call.first_sent[waiting].min()) + patience)
             rows, other = self._receive(max(wake - time.monotonic(), 0.0))
@@ -405,7 +428,8 @@ class SlotStreamer:
     def _close_overdue(self, call: _Call, now: float, patience: float) -> None:
         """Packets that waited `patience` for the others: resent with CLOSE, once each (their
         later resends carry it too)."""
-        due = np.flatnonzero(call.pending & ~call.close & (now - call.first_sent >= patience))
+        due = np.flatnonzero(call.pending & ~call.close & ~call.abstaining
+                             & (now - call.first_sent >= patience))
         if due.size:
             call.close[due] = call.waited[due] = True
             self._resend(call, due, now, probe=False)
@@ -457,7 +481,10 @@ class SlotStreamer:
         # short call, every packet asks at once (docs/protocol.md, "Rounds, quorum and late
         # contributions"), until a call completes with everyone: at the latest the one the
         # staleness bound makes wait.
-        close = (call.close_next[slots] | call.eager) & call.quorum
+        # Never from a packet that abstains: the switch counts it towards the quorum, and a
+        # round it closed would hold one host fewer than the quorum promises.
+        close = (call.close_next[slots] | call.eager) & call.quorum & ~abstain
+        call.abstaining[slots] = abstain
         batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
                                   contributor=cfg.contributor,
                                   flags=np.where(close, int(P.Flag.CONTRIB | P.Flag.CLOSE),

@@ -199,6 +199,11 @@ def test_a_host_behind_by_whole_calls_is_told_so_and_takes_them_without_sending(
     assert hosts[2].calls_ready(n) == 3
     assert hosts[2].calls_ready(n, most=2) == 2
     assert hosts[2].calls_ready(n + P.K) == 0  # a larger call has results still to come
+    # Smaller calls are not prefixes of those: each slot's last result says more follows ...
+    assert hosts[2].calls_ready(n - P.K) == 0
+    assert hosts[2].calls_ready(n - 3) == 3  # (the same fragments: the same call)
+    # ... and a call on fewer slots leaves the others' results of those slots unexplained.
+    assert hosts[2].calls_ready(4 * P.K) == 0
     for c in range(3):
         taken = hosts[2].allreduce(np.zeros(n))
         assert np.array_equal(taken, results[0][c]), c
