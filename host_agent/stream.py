@@ -25,8 +25,10 @@ with a new session, which the switch keeps apart from this one.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -196,6 +198,12 @@ _EARLY_MAX = 1 << 16
 _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at a time
 
 
+def _records(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Datagram rows as PASSING records, and each one's slot as an index."""
+    recs = np.ascontiguousarray(rows).view(packet.PAYLOAD_DTYPE).ravel()
+    return recs, recs["slot"].astype(np.int64)
+
+
 class SlotStreamer:
     def __init__(self, cfg: StreamConfig, transport: Transport):
         self.cfg = cfg
@@ -273,15 +281,12 @@ class SlotStreamer:
         if self.broken is not None:
             raise SessionBroken(f"job {self.cfg.job_id}: session {self.cfg.session:#x} failed "
                                 f"earlier ({self.broken}); start a new session")
-        self._idle.clear()
         try:
-            with self._io:
+            with self._holding_io():
                 sums, agreed = self._run(blocks, local_exp)
         except BaseException as e:
             self.broken = f"{type(e).__name__}: {e}"
             raise
-        finally:
-            self._idle.set()
         self.last_counts = np.repeat(self._counts, P.K)[:n]
         if local_error is not None and (self.cfg.patience is None
                                         or np.any(agreed == fx.POISON)):
@@ -313,10 +318,17 @@ class SlotStreamer:
         used = min(self.cfg.window, nfrag)
         # Slot s carries an exponent packet, then fragments s, s + used, ...
         frags = [[s] + list(range(s, nfrag, used)) for s in range(used)]
-        self._idle.clear()  # the reader thread lets go of `_io`, as for a call
+        with self._holding_io():
+            return self._ready(frags, used, most)
+
+    @contextlib.contextmanager
+    def _holding_io(self) -> Iterator[None]:
+        """Hold the socket and `early` against the reader thread, which lets go of `_io` once
+        it sees this host is not idle (a lock alone would let it take `_io` back every poll)."""
+        self._idle.clear()
         try:
             with self._io:
-                return self._ready(frags, used, most)
+                yield
         finally:
             self._idle.set()
 
@@ -587,8 +599,7 @@ class SlotStreamer:
                     return
                 self.stats.ignored += other
                 if len(rows):
-                    recs = np.ascontiguousarray(rows).view(packet.PAYLOAD_DTYPE).ravel()
-                    slot = recs["slot"].astype(np.int64)
+                    recs, slot = _records(rows)
                     kept = self._keep_early(recs, slot, np.zeros(0, dtype=np.int64), None)
                     self.stats.ignored += len(rows) - kept
             time.sleep(0)  # a call waiting for `_io` gets it now
@@ -623,8 +634,7 @@ class SlotStreamer:
         self.stats.ignored += other
         if not len(rows):
             return none
-        recs = np.ascontiguousarray(rows).view(packet.PAYLOAD_DTYPE).ravel()
-        slot = recs["slot"].astype(np.int64)
+        recs, slot = _records(rows)
         ok = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
               & (recs["tag"] == call.tag) & (recs["session"] == self.cfg.session)
               & (slot < call.used))
