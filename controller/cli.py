@@ -29,7 +29,7 @@ from controller.store import StoreError
 from controller.switch import SwitchError
 from controller.topology import TopologyError, load, read_json
 from passing import protocol as P
-from passing.contract import MAX_STALENESS, check_patience
+from passing.contract import MAX_STALENESS, parse_patience
 
 EXIT_REFUSED, EXIT_SWITCH = 3, 4
 
@@ -162,13 +162,11 @@ def _patience(text: str) -> tuple[float, ...]:
     if text.strip().lower() == "none":
         return ()
     try:
-        value = tuple(float(x) for x in text.split("..", 1))
-        check_patience(value)
+        return parse_patience(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r}: P or MIN..MAX seconds, positive and finite, MIN <= MAX (or 'none' with "
             "job set)") from None
-    return value
 
 
 def _staleness(text: str) -> int:

@@ -39,7 +39,7 @@ from host_agent.allreduce import PassingAllreduce
 from host_agent.job_source import params_from_env, this_host
 from host_agent.session import _to_signed, new_session
 from passing._torch_autoload import BACKEND
-from passing.contract import JobParams
+from passing.contract import JobParams, parse_patience
 
 _SUMMED = (torch.float32, torch.float16, torch.bfloat16)
 _BackendType = dist.ProcessGroup.BackendType
@@ -315,21 +315,17 @@ def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ,
     --patience, --staleness) apply; unset there too, every round waits for everyone."""
     options: dict = {"deadline": _seconds(env, "PASSING_TIMEOUT") or timeout.total_seconds()}
     text = env.get("PASSING_PATIENCE")
-    if text is not None and ".." in text:
+    patience = params.patience if params is not None else ()
+    if text is not None:
         try:
-            floor, top = (_seconds({"": part}, "") for part in text.split("..", 1))
-        except PassingInitError:
-            floor = top = None
-        if floor is None or top is None or floor > top:
-            raise PassingInitError(f"PASSING_PATIENCE={text!r}: MIN..MAX seconds with "
-                                   "0 < MIN <= MAX (adaptive), or one number (fixed)")
-        options["patience_min"], options["patience"] = floor, top
-    elif text is not None:
-        options["patience"] = _seconds(env, "PASSING_PATIENCE")
-    elif params is not None and params.patience:
-        options["patience"] = params.patience[-1]
-        if len(params.patience) == 2:
-            options["patience_min"] = params.patience[0]
+            patience = parse_patience(text)
+        except ValueError:
+            raise PassingInitError(f"PASSING_PATIENCE={text!r}: seconds, positive and finite, "
+                                   "or MIN..MAX seconds with MIN <= MAX (adaptive)") from None
+    if patience:
+        options["patience"] = patience[-1]
+        if len(patience) == 2:
+            options["patience_min"] = patience[0]
     text = env.get("PASSING_STALENESS")
     if text is not None:
         if not text.strip().isdigit():

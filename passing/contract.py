@@ -36,6 +36,13 @@ class ParamsError(ValueError):
 MAX_STALENESS = 1 << 20
 
 
+def parse_patience(text: str) -> tuple[float, ...]:
+    """"P" or "MIN..MAX" seconds as a patience tuple (check_patience); ValueError if not."""
+    value = tuple(float(x) for x in text.split("..", 1))
+    check_patience(value)
+    return value
+
+
 def check_patience(patience: tuple[float, ...]) -> None:
     """(P,) fixed, (MIN, MAX) adaptive with MIN <= MAX, or () none; seconds, positive and
     finite. Raises ValueError naming what is wrong."""
