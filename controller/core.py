@@ -518,7 +518,7 @@ class Controller:
                     diff = installer.differences(snap, d)
                     if diff and fix:
                         installer.repair(self.conn(name), snap, d)
-                        if jid not in snap.jobs:  # installed afresh: its counters start at 0
+                        if (jid, d.job.pool) not in snap.jobs:  # installed afresh: counters at 0
                             self._reset_counters(self.store.pools_on(name)[jid])
                         entry["repaired"] += [f"job {jid}: {x}" for x in diff]
                     elif diff:

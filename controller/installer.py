@@ -65,7 +65,7 @@ def _updates(conn: SwitchWriter, d: Desired, kind: int) -> list[Update]:
     adm, peers, guard = JobAdmissionTables(conn), PeerRewriteTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     if kind == Update.DELETE:
-        ups = [adm.job_delete(jid)]
+        ups = [adm.job_delete(jid, d.job.pool)]
         ups += [adm.member_delete(jid, port) for port in d.members]
         ups += [peers.peer_delete(jid, port, rid) for port, rid in d.peers]
         ups.append(conn.multicast_update(Update.DELETE, d.job.mcast_grp))
@@ -122,7 +122,7 @@ def remove(conn: SwitchWriter, d: Desired) -> None:
 class SwitchSnapshot:
     """What one switch holds, as read back over P4Runtime."""
 
-    jobs: dict[int, JobConfig]
+    jobs: dict[tuple[int, int], JobConfig]  # (job, pool) ->
     members: dict[tuple[int, int], tuple[int, int]]
     peers: dict[tuple[int, int, int], dict]
     groups: dict[int, list[tuple[int, int]]]
@@ -141,13 +141,18 @@ def _peer_params(peer: Peer) -> dict[str, int]:
     return {k: int.from_bytes(encode_value(v, widths[k]), "big") for k, v in asdict(peer).items()}
 
 
+def _job_entry(job_id: int, pool: int) -> str:
+    return f"job_config[{job_id}]" if pool == 0 else f"job_config[{job_id}, pool {pool}]"
+
+
 def differences(snap: SwitchSnapshot, d: Desired) -> list[str]:
     """Human-readable list of what differs from `d` on the switch; empty when in sync."""
     jid = d.job.job_id
     out = []
-    have = snap.jobs.get(jid)
+    have = snap.jobs.get((jid, d.job.pool))
     if have != d.job:
-        out.append(f"job_config[{jid}]: " + ("missing" if have is None else f"is {have}"))
+        out.append(f"{_job_entry(jid, d.job.pool)}: " +
+                   ("missing" if have is None else f"is {have}"))
     for port, member in d.members.items():
         if snap.members.get((jid, port)) != member:
             out.append(f"membership[{jid}, port {port}]: missing or wrong")
@@ -168,8 +173,9 @@ def strays(snap: SwitchSnapshot, wanted: dict[int, Desired],
            reserved_groups: set[int]) -> list[str]:
     """Entries on the switch that no known job accounts for."""
     out = []
-    for jid in sorted(set(snap.jobs) - set(wanted)):
-        out.append(f"job_config[{jid}]")
+    for jid, pool in sorted(snap.jobs):
+        if jid not in wanted or wanted[jid].job.pool != pool:
+            out.append(_job_entry(jid, pool))
     for jid, port in sorted(snap.members):
         if jid not in wanted or port not in wanted[jid].members:
             out.append(f"membership[{jid}, port {port}]")
@@ -191,9 +197,9 @@ def repair(conn: SwitchConnection, snap: SwitchSnapshot, d: Desired) -> None:
     adm, peers, guard = JobAdmissionTables(conn), PeerRewriteTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     ups = []
-    if jid not in snap.jobs:
+    if (jid, d.job.pool) not in snap.jobs:
         ups.append(adm.job_update(Update.INSERT, d.job))
-    elif snap.jobs[jid] != d.job:
+    elif snap.jobs[jid, d.job.pool] != d.job:
         ups.append(adm.job_update(Update.MODIFY, d.job))
     for port, (cid, n) in d.members.items():
         have = snap.members.get((jid, port))

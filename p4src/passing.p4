@@ -21,6 +21,10 @@ control PassingIngress(inout headers_t hdr, inout metadata_t meta,
     /* Late contributions (not added: their round had closed here or was left behind) per job
      * and contributor id: who is straggling, as the switch sees it. */
     @name(".late_contribs") counter(MAX_JOBS * MAX_FAN_IN, CounterType.packets) late_contribs;
+    /* Contributions admitted per pool and contributor id: once every contributor has used the
+     * pool a resize moved the job to, no agent needs the old one and the controller frees it. */
+    @name(".pool_contribs") counter(MAX_JOBS * 2 * MAX_FAN_IN, CounterType.packets)
+        pool_contribs;
 
     JobAdmission() admission;
     ResultGuard() guard;
@@ -38,6 +42,10 @@ control PassingIngress(inout headers_t hdr, inout metadata_t meta,
             } else {
                 bit<8> event = jdrop;
                 if (jdrop == DROP_NONE) {
+                    if ((hdr.passing.flags & FLAG_CONTRIB) != 0) {
+                        pool_contribs.count(((meta.job.stat_idx << 1) + (bit<32>)meta.job.pool) *
+                                            MAX_FAN_IN + (bit<32>)hdr.passing.contributor);
+                    }
                     aggregation.apply(hdr, meta, sm, event);
                 } else {
                     mark_to_drop(sm);

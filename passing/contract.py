@@ -122,9 +122,14 @@ class JobParams:
     # calls in a row that may leave some GPU out. Optional in a file (older ones have none).
     patience: tuple[float, ...] = ()
     staleness: int = 1
+    # How many times the job's pool was resized (`passing-ctl job resize`): the window above is
+    # that pool's, and its low bit is the FLAG_POOL the job's packets carry (docs/protocol.md,
+    # "Live pool resizing"). Optional in a file (older ones have none: 0).
+    pool: int = 0
 
     def __post_init__(self) -> None:
         _check_int("job_id", self.job_id, 1, 0xFFFF)
+        _check_int("pool", self.pool, 0, 0x7FFFFFFF)
         try:
             check_patience(self.patience)
         except ValueError as e:
@@ -233,7 +238,7 @@ class JobParams:
                 "agent_udp_port": self.agent_udp_port, "window": self.window,
                 "values_per_packet": self.values_per_packet,
                 "patience": list(self.patience), "staleness": self.staleness,
-                "hosts": {h.name: h.to_dict() for h in self.hosts}}
+                "pool": self.pool, "hosts": {h.name: h.to_dict() for h in self.hosts}}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -254,7 +259,7 @@ class JobParams:
                               f"agent reads format {FORMAT_VERSION}: {regenerate} with the "
                               "controller of the same PASSING version as the agents")
         top = {f.name for f in fields(cls)}
-        optional = {"values_per_packet", "patience", "staleness"} - set(d)
+        optional = {"values_per_packet", "patience", "staleness", "pool"} - set(d)
         _check_keys("", d, top - optional | {"version"})
         if not isinstance(d["hosts"], dict):
             raise ParamsError("hosts: a JSON object of host name -> parameters")

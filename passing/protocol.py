@@ -113,9 +113,12 @@ class Flag(enum.IntFlag):
     # A host that waited long enough for the others: complete the round with the contributions
     # counted so far if they reach the job's quorum at this switch (docs/protocol.md, Quorum).
     CLOSE = 0x08
+    # Which of the job's two pools (job_config's second key): a live resize moves the agents
+    # from one to the other at a call boundary (docs/protocol.md, "Live pool resizing").
+    POOL = 0x10
 
 
-FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS | Flag.CLOSE)
+FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS | Flag.CLOSE | Flag.POOL)
 
 
 class JobDrop(enum.IntEnum):

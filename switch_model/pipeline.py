@@ -62,8 +62,9 @@ _IPV4_WORDS = struct.Struct("!10H")
 _UDP_PORTS = struct.Struct("!HH")
 _PASSING_PORT_BYTES = P.PASSING_UDP_PORT.to_bytes(2, "big")
 
-FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS, FLAG_CLOSE = (
-    int(P.Flag.CONTRIB), int(P.Flag.RESULT), int(P.Flag.RETRANS), int(P.Flag.CLOSE))
+FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS, FLAG_CLOSE, FLAG_POOL = (
+    int(P.Flag.CONTRIB), int(P.Flag.RESULT), int(P.Flag.RETRANS), int(P.Flag.CLOSE),
+    int(P.Flag.POOL))
 FLAGS_KNOWN = P.FLAGS_MASK
 DROP_NONE = None
 IPV4_IHL = P.IPV4_HEADER_BYTES // 4  # the only header length the parser accepts (no options)
@@ -235,7 +236,8 @@ class Pipeline:
             st.count("global_drops", P.GlobalDrop.MALFORMED, nbytes)
             return []
         h = Header._make(_HDR.unpack_from(frame, PASSING_OFF))
-        job = st.tables["job_config"].entries.get((h.job_id,))
+        pool = (h.flags & FLAG_POOL) >> 4
+        job = st.tables["job_config"].entries.get((h.job_id, pool))
         if job is None:
             st.count("global_drops", P.GlobalDrop.UNKNOWN_JOB, nbytes)
             return []
@@ -244,6 +246,9 @@ class Pipeline:
         if jdrop is not DROP_NONE:
             st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + jdrop, nbytes)
             return []
+        if h.flags & FLAG_CONTRIB:
+            st.count("pool_contribs", ((j["stat_idx"] << 1) + pool) * P.MAX_FAN_IN
+                     + h.contributor, nbytes)
         event, out = self._aggregate(port, frame, j, h)
         st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
         if event in _LATE:
@@ -447,7 +452,7 @@ def _next_version_word(cur: int, h: Header, v: Verdict, overwrite: bool) -> int:
 def _leaving_header(h: Header, event: int, mine: int) -> Header:
     """The header of what leaves for `event`: the slot's exponent and contributor sum from its
     version word `mine`, the flags of a sum going up (RETRANS when sent again, CLOSE when the
-    packet carried it) or of a result, one level up when going up."""
+    packet carried it) or of a result, one level up when going up; always the packet's pool."""
     if event in _UP:
         level = (h.level + 1) & 0xFF
         flags = FLAG_CONTRIB | (h.flags & FLAG_CLOSE)  # the hosts' CLOSE goes up with the sum
@@ -455,8 +460,9 @@ def _leaving_header(h: Header, event: int, mine: int) -> Header:
             flags |= FLAG_RETRANS
     else:
         level, flags = h.level, FLAG_RESULT
-    return Header(h.job_id, h.slot, h.contributor, flags, h.version, level, h.frag, h.round,
-                  (mine >> 48) & 0xFFFF, (mine >> 40) & 0xFF, h.tag, h.session)
+    return Header(h.job_id, h.slot, h.contributor, flags | (h.flags & FLAG_POOL), h.version,
+                  level, h.frag, h.round, (mine >> 48) & 0xFFFF, (mine >> 40) & 0xFF, h.tag,
+                  h.session)
 
 
 def _rewrite(frame: bytes, peer: dict[str, int], h: Header, values: bytes) -> bytes:

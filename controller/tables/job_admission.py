@@ -24,6 +24,9 @@ class JobConfig:
     # Contributions a CLOSE request may complete a round with (docs/protocol.md, Quorum);
     # 0 means fan_in: every round waits for everyone (bulk-synchronous).
     quorum: int = 0
+    # The entry's second key, the packets' FLAG_POOL: which of the job's two pools this is
+    # (a live resize installs the new pool under the other one; docs/protocol.md).
+    pool: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.fan_in <= P.MAX_FAN_IN:
@@ -39,6 +42,8 @@ class JobConfig:
             raise ValueError(f"stat_idx {self.stat_idx} outside 0..{P.MAX_JOBS - 1}")
         if self.gen == 0:
             raise ValueError("generation 0 is what a freshly started switch holds; use >= 1")
+        if self.pool not in (0, 1):
+            raise ValueError(f"pool {self.pool} is not 0 or 1")
 
 
 class JobAdmissionTables:
@@ -46,11 +51,12 @@ class JobAdmissionTables:
         self.sw = sw
 
     def job_update(self, kind: int, cfg: JobConfig) -> Update:
-        params = {k: v for k, v in asdict(cfg).items() if k != "job_id"}
-        return self.sw.table_update(kind, "job_config", {"job_id": cfg.job_id}, "set_job", params)
+        params = {k: v for k, v in asdict(cfg).items() if k not in ("job_id", "pool")}
+        return self.sw.table_update(kind, "job_config", {"job_id": cfg.job_id, "pool": cfg.pool},
+                                    "set_job", params)
 
-    def job_delete(self, job_id: int) -> Update:
-        return self.sw.table_update(Update.DELETE, "job_config", {"job_id": job_id})
+    def job_delete(self, job_id: int, pool: int = 0) -> Update:
+        return self.sw.table_update(Update.DELETE, "job_config", {"job_id": job_id, "pool": pool})
 
     def member_update(self, kind: int, job_id: int, port: int, contributor: int,
                       count: int = 1) -> Update:
@@ -65,9 +71,11 @@ class JobAdmissionTables:
         return self.sw.table_update(Update.DELETE, "membership",
                                     {"job_id": job_id, "ingress_port": port})
 
-    def jobs(self) -> dict[int, JobConfig]:
-        return {row["match"]["job_id"]: JobConfig(job_id=row["match"]["job_id"], **row["params"])
-                for row in self.sw.read_table("job_config")}
+    def jobs(self) -> dict[tuple[int, int], JobConfig]:
+        """(job, pool) -> the entry."""
+        return {(r["match"]["job_id"], r["match"]["pool"]):
+                JobConfig(job_id=r["match"]["job_id"], pool=r["match"]["pool"], **r["params"])
+                for r in self.sw.read_table("job_config")}
 
     def members(self) -> dict[tuple[int, int], tuple[int, int]]:
         """(job, port) -> (first contributor id, count)."""

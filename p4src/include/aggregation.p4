@@ -171,9 +171,11 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         bool unicast = ev == EVT_RESULT_AGAIN || ev == EVT_LATE_RESULT;
         hdr.passing.exp = ex;
         hdr.passing.num_contrib = ns;
-        hdr.passing.flags = up ? (FLAG_CONTRIB | (hdr.passing.flags & FLAG_CLOSE)) :
-                            (resend ? (FLAG_CONTRIB | FLAG_RETRANS |
-                                       (hdr.passing.flags & FLAG_CLOSE)) : FLAG_RESULT);
+        /* Whatever leaves names the pool it was summed in, so the next switch uses the same. */
+        hdr.passing.flags = (hdr.passing.flags & FLAG_POOL) |
+                            (up ? (FLAG_CONTRIB | (hdr.passing.flags & FLAG_CLOSE)) :
+                             (resend ? (FLAG_CONTRIB | FLAG_RETRANS |
+                                        (hdr.passing.flags & FLAG_CLOSE)) : FLAG_RESULT));
         hdr.passing.level = (up || resend) ? hdr.passing.level + 1 : hdr.passing.level;
         sm.mcast_grp = (final || stored) ? meta.job.mcast_grp : 16w0;
         meta.reply_rid = unicast ? (bit<16>)hdr.passing.contributor : 16w0;

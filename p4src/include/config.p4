@@ -45,7 +45,10 @@ const bit<8> FLAG_RESULT  = 0x02;
 const bit<8> FLAG_RETRANS = 0x04;
 /* A host that waited long enough: complete the round with a quorum (CONTRIB only). */
 const bit<8> FLAG_CLOSE   = 0x08;
-const bit<8> FLAGS_KNOWN  = 0x0f;
+/* Which of the job's two pools the packet uses (job_config's second key): a live resize installs
+ * the new pool under the other value while the agents still finish calls in the old one. */
+const bit<8> FLAG_POOL    = 0x10;
+const bit<8> FLAGS_KNOWN  = 0x1f;
 
 /* Per-job events, counted in job_stats[stat_idx * JOB_STATS_STRIDE + event]: exactly one per
  * packet that names a known job. 0..7 are drops (by reason), 8..18 what the slot did. */
@@ -70,7 +73,9 @@ const bit<8> EVT_LATE_RESULT      = 16;  /* after its round completed: result un
 const bit<8> EVT_CLOSED_ROOT      = 17;  /* CLOSE completed the slot with a quorum: multicast */
 const bit<8> EVT_CLOSED_UP        = 18;  /* CLOSE completed the rack sum with a quorum: up */
 
-/* Late contributions per contributor id: late_contribs[stat_idx * MAX_FAN_IN + contributor]. */
+/* Late contributions per contributor id: late_contribs[stat_idx * MAX_FAN_IN + contributor].
+ * Admitted contributions per pool and contributor id:
+ * pool_contribs[(stat_idx * 2 + pool) * MAX_FAN_IN + contributor]. */
 #define MAX_FAN_IN 32
 
 /* Drops that belong to no job (index in global_drops). */

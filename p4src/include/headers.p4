@@ -76,6 +76,7 @@ struct headers_t {
 
 /* What job_config and membership tell the pipeline about the packet's job. */
 struct job_md_t {
+    bit<1>  pool;          /* the packet's FLAG_POOL: which of the job's pools it uses */
     bit<1>  hit;
     bit<32> pool_base;
     bit<16> pool_size;

@@ -24,8 +24,13 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
         meta.job.uplink_port = uplink_port;
         meta.job.stat_idx = stat_idx;
     }
+    /* Keyed by the pool bit too: during a live resize a job has two pools, the one its agents
+     * are leaving and the one they move to, each with its own slots and generation. */
     @name(".job_config") table job_config {
-        key = { hdr.passing.job_id: exact @name("job_id"); }
+        key = {
+            hdr.passing.job_id: exact @name("job_id");
+            meta.job.pool: exact @name("pool");
+        }
         actions = { set_job; @defaultonly NoAction; }
         default_action = NoAction();
         size = MAX_JOBS;
@@ -79,6 +84,7 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
                 hdr.ipv4.total_len != PASSING_IPV4_LEN || hdr.udp.length != PASSING_UDP_LEN) {
             gdrop = GDROP_MALFORMED;
         } else {
+            meta.job.pool = (bit<1>)((hdr.passing.flags & FLAG_POOL) >> 4);
             job_config.apply();
             if (meta.job.hit == 0) {
                 gdrop = GDROP_UNKNOWN_JOB;

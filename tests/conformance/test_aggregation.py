@@ -182,7 +182,7 @@ def test_new_job_generation_starts_with_empty_pool(star):
     # (The agent ports job 20 reserved stay guarded for it: job 21's agents use the same.)
     install_job(sw.conn, DEV, job_id=21, members={3: 0, 2: 1}, gen=2, mcast_grp=121,
                 guard=False)
-    assert 20 not in adm.jobs() and adm.jobs()[21].gen == 2
+    assert (20, 0) not in adm.jobs() and adm.jobs()[21, 0].gen == 2
     sw.test_ports[3].send(contribution(DEV, 3, np.full(P.K, 5), job_id=21, slot=1,
                                        contributor=0))
     assert_silent(star, [2, 3], wait=0.3)  # one contribution of two: not finished

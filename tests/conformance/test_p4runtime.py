@@ -38,7 +38,7 @@ def test_duplicate_insert_and_missing_delete_are_reported_per_update(star):
         conn.write([adm.job_update(Update.INSERT, JOB)])
     with pytest.raises(SwitchError, match=r"update 1 \(table_entry\): NOT_FOUND"):
         conn.write([adm.job_update(Update.MODIFY, JOB), adm.job_delete(6)])
-    assert set(adm.jobs()) == {5}
+    assert set(adm.jobs()) == {(5, 0)}
 
 
 def test_table_and_group_round_trip(star):
@@ -47,7 +47,7 @@ def test_table_and_group_round_trip(star):
     conn.write([adm.job_update(Update.INSERT, JOB),
                 adm.member_update(Update.INSERT, 5, 2, 1),
                 conn.multicast_update(Update.INSERT, 9, [(1, 0), (2, 1)])])
-    assert adm.jobs() == {5: JOB}
+    assert adm.jobs() == {(5, 0): JOB}
     assert adm.members() == {(5, 2): (1, 1)}
     assert sorted(conn.read_multicast_groups()[9]) == [(1, 0), (2, 1)]  # a set of replicas
     conn.write([conn.multicast_update(Update.MODIFY, 9, [(3, 0)])])

@@ -138,7 +138,7 @@ def test_quorum_per_level_is_installed_on_each_switch(make_control, quorum, expe
     ctl.create_job(JobSpec(4, ("h1", "h2", "h3", "h4"), window=4, quorum=quorum))
     assert {s: q["quorum"] for s, q in ctl.quorums(4).items()} == expected
     for name, q in expected.items():
-        cfg = JobAdmissionTables(ctl.conn(name)).jobs()[4]
+        cfg = JobAdmissionTables(ctl.conn(name)).jobs()[4, 0]
         assert (cfg.fan_in, cfg.quorum) == (2, q), name
     assert all(not e["repaired"] for e in ctl.reconcile(fix=False).values())
 
@@ -176,7 +176,7 @@ def test_many_jobs_never_overlap_and_deleting_frees(make_control):
         hosts = tuple(sorted(rng.choice(["h1", "h2", "h3", "h4"], size=2, replace=False)))
         live[jid] = ctl.create_job(JobSpec(jid, hosts, window=int(rng.integers(1, 513))))
         on_switch = JobAdmissionTables(fabric["s1"].conn).jobs()
-        assert set(on_switch) == set(live)
+        assert set(on_switch) == {(j, 0) for j in live}
         spans = sorted((c.pool_base, c.pool_base + c.pool_size) for c in on_switch.values())
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
         assert len({c.gen for c in on_switch.values()}) == len(on_switch)
@@ -209,7 +209,7 @@ def test_failed_install_rolls_back_every_switch(make_control):
         assert JobAdmissionTables(fabric[name].conn).jobs() == {}, name
         assert ResultGuardTables(fabric[name].conn).guards() == {}, name
     # The rollback took back what it wrote and nothing else: the entry it collided with stays.
-    assert JobAdmissionTables(fabric["spine"].conn).jobs() == {6: foreign}
+    assert JobAdmissionTables(fabric["spine"].conn).jobs() == {(6, 0): foreign}
     assert JobAdmissionTables(fabric["spine"].conn).members() == {}
     assert ResultGuardTables(fabric["spine"].conn).guards() == {}
     assert all(ctl.slots()[s].used() == 0 for s in ("tor1", "tor2", "spine"))
@@ -238,7 +238,7 @@ def test_restart_loses_nothing_and_reconcile_reinstalls(make_controller, tmp_pat
     again = ctl2.reconcile()
     assert all(not r["repaired"] for r in again.values())
     assert again["tor2"]["stray"] == ["job_config[99]"]
-    assert 99 in adm.jobs()
+    assert (99, 0) in adm.jobs()
 
 
 def test_unreachable_switch_is_a_clear_error(tmp_path):
@@ -299,7 +299,7 @@ def test_controller_killed_mid_create_is_completed_by_reconcile(make_control, tm
     assert [j.job_id for j in ctl2.store.jobs()] == [9]
     report = ctl2.reconcile()
     assert report["tor1"]["repaired"] == [] and report["spine"]["repaired"]
-    assert all(JobAdmissionTables(fabric[s].conn).jobs().keys() == {9}
+    assert all(JobAdmissionTables(fabric[s].conn).jobs().keys() == {(9, 0)}
                for s in ("tor1", "tor2", "spine"))
     again = ctl2.reconcile(fix=False)
     assert all(not r["repaired"] and not r["stray"] and not r["errors"] for r in again.values())

@@ -107,7 +107,7 @@ def test_in_process_writes_fail_as_writes_over_grpc_do(star):
             "switch s1: write failed: update 0 (table_entry): ALREADY_EXISTS")
     assert failures["grpc"] == failures["in-process"] == [(0, "ALREADY_EXISTS"),
                                                          (1, "NOT_FOUND")]
-    assert JobAdmissionTables(remote).jobs() == {5: job}
+    assert JobAdmissionTables(remote).jobs() == {(5, 0): job}
 
 
 def test_dumped_connection_still_reports_each_failed_update(star, tmp_path):

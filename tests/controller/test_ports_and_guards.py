@@ -89,7 +89,7 @@ def test_explicit_agent_ports_must_not_overlap_another_job(make_control):
                                               r"agent ports 41000-41001; pass another"):
         ctl.create_job(JobSpec(2, ("h3", "h4"), window=4, mode="ina", agent_port=41001))
     assert ctl.store.get_job(2) is None
-    assert set(JobAdmissionTables(fabric["s1"].conn).jobs()) == {1}
+    assert set(JobAdmissionTables(fabric["s1"].conn).jobs()) == {(1, 0)}
     assert set(guards(fabric, "s1")) == {41000, 41001}
     # Right below job 1's range is free for a one-port (passing) job.
     ctl.create_job(JobSpec(2, ("h3",), window=4, agent_port=40999))
@@ -187,7 +187,7 @@ def test_new_state_file_allocates_above_what_the_switch_still_holds(make_control
     # The state file is lost; the switch still holds both jobs and that slot state.
     ctl2, _ = make_controller("star", state=tmp_path / "new.sqlite", fabric=fabric)
     pool = ctl2.create_job(JobSpec(3, ("h1", "h2"), window=4)).pools[0]
-    assert pool.base == old[1].pool_base  # the same slots as job 1: the new store knows no job
+    assert pool.base == old[1, 0].pool_base  # the same slots as job 1: the new store knows no job
     assert pool.gen > max(c.gen for c in old.values())
     assert pool.stat_idx not in {c.stat_idx for c in old.values()}
     assert pool.mcast_grp not in {c.mcast_grp for c in old.values()}
