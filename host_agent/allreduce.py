@@ -20,11 +20,15 @@ values does not overflow where the sum would).
 """
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as objects.
+import dataclasses
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from host_agent.fixed_point import NonFiniteError
+from host_agent.pool_move import PoolVote, call_size, pool_session, vote_offset
 from host_agent.session import agree_in_group
 from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
@@ -72,7 +76,9 @@ def job_session(params: JobParams, group: dist.ProcessGroup | None,
 class PassingAllreduce:
     def __init__(self, params: JobParams, host: str, group: dist.ProcessGroup | None = None,
                  transport: Transport | None = None, *, session: int | None = None,
-                 nonfinite: str = "raise", **stream_options):
+                 nonfinite: str = "raise",
+                 params_source: Callable[[], JobParams] | None = None, poll: float = 2.0,
+                 **stream_options):
         """params: the job's agent parameters (JobParams.load of passing-ctl's --params-out, or
         JobParams.from_dict of 'agent_params' in passing-ctl job show --json);
         host: this server's name in them; group: the local ranks (default: the whole world,
@@ -83,7 +89,11 @@ class PassingAllreduce:
         "propagate": the result is NaN everywhere, as a sum with NaN in it is (what
         torch.amp.GradScaler needs to skip the step). `stream_options` (StreamConfig's:
         patience, staleness, ...) must be the same on every local rank: only the leader
-        streams, but every rank takes part in calls_behind when patience is set."""
+        streams, but every rank takes part in calls_behind when patience is set;
+        params_source: where the leader polls the job's parameters every `poll` seconds, to
+        learn of a live resize (`passing-ctl job resize`; host_agent.pool_move): e.g.
+        `lambda: host_agent.job_source.params_from_env()`. Without one, the pool stays the one
+        in `params`."""
         # Refused here, on every rank: a wrong job would leave the leader waiting on the switch.
         h = params.host(host)
         if params.mode != "passing":
@@ -103,6 +113,7 @@ class PassingAllreduce:
         # is a collective only where it can answer more than 0.
         self.quorum_mode = stream_options.get("patience") is not None
         self.streamer = None
+        self.pools: PoolVote | None = None
         if self.is_leader:
             if transport is None:
                 transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
@@ -111,8 +122,10 @@ class PassingAllreduce:
             stream_options.setdefault("total_gpus", params.gpus)
             cfg = StreamConfig(params.job_id, h.contributor_id, params.window,
                                params.streams, self.session,
-                               local_gpus=self.local_size, **stream_options)
+                               local_gpus=self.local_size, pool=params.pool & 1,
+                               **stream_options)
             self.streamer = SlotStreamer(cfg, transport)
+            self.pools = PoolVote(params, params_source, poll)
 
     def close(self) -> None:
         """Release the leader's UDP socket (the group is the caller's: it is left as it is).
@@ -120,6 +133,8 @@ class PassingAllreduce:
         if self.streamer is not None:
             self.streamer.close()
             self.streamer = None
+        if self.pools is not None:
+            self.pools.close()
 
     def calls_behind(self, numel: int, device: torch.device | str = "cpu") -> int:
         """How many of the next all-reduces of `numel` elements the other hosts have already
@@ -132,7 +147,7 @@ class PassingAllreduce:
             return 0
         count = torch.zeros(1, dtype=torch.int64, device=device)
         if self.is_leader and self.streamer is not None:
-            count[0] = self.streamer.calls_ready(numel)
+            count[0] = self.streamer.calls_ready(call_size(numel))
         self._local.broadcast([count], _from_leader()).wait()
         return int(count.item())
 
@@ -166,19 +181,34 @@ class PassingAllreduce:
         once, to out's dtype). (status code, message for the other local ranks)."""
         if self.streamer is None:
             return _OTHER, "this PassingAllreduce is closed (its process group was destroyed)"
+        flat = local_sum.detach().to("cpu", torch.float64).numpy().ravel()
+        n, cfg = flat.size, self.streamer.cfg
+        complete = cfg.complete
+        moving = None
         try:
-            result = switch_sum(self.streamer, local_sum)
+            total = self.streamer.allreduce(self.pools.with_vote(flat))
+            counts = self.streamer.last_counts[:n]
+            votes = slice(vote_offset(n), None)
+            moving = self.pools.decide(total[votes], self.streamer.last_counts[votes],
+                                       complete, cfg.streams)
+            result = torch.from_numpy(total[:n].reshape(out.shape))
         except NonFiniteError as e:
             if self.nonfinite == "raise":
                 return _NONFINITE, str(e)
             # Every host left the slots in step (the stream completed); the sum is not a number.
+            # Every host failed the same call, so none reads its votes: nobody moves.
             result = torch.full(out.shape, float("nan"), dtype=torch.float64)
+            counts = np.full(n, complete)
         except (SwitchTimeout, SessionBroken) as e:
             return _TIMEOUT, str(e)
         except Exception as e:  # any other failure must not leave the others waiting
             return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
-        counts = self.streamer.last_counts
-        complete = self.streamer.cfg.complete
+        if moving is not None:
+            # Every host moves after this same call (host_agent.pool_move).
+            self.streamer = SlotStreamer(dataclasses.replace(
+                cfg, window=moving.window, pool=moving.pool & 1,
+                session=pool_session(cfg.session, moving.pool), wait_first=True),
+                self.streamer.detach())
         if self.streamer.cfg.patience is not None and np.any(counts < complete):
             # A round closed by a quorum (docs/protocol.md) holds fewer GPUs' values: scaled
             # to the full sum they estimate, so that an average (AVG, DDP's division by the

@@ -337,6 +337,22 @@ def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ,
     return options
 
 
+def pool_poll(env: Mapping[str, str] = os.environ) -> float:
+    """PASSING_POOL_POLL: seconds between two reads of the job's parameters by a host's
+    leader, to learn of a live resize (passing-ctl job resize; default 2, 0: never)."""
+    text = env.get("PASSING_POOL_POLL")
+    if text is None:
+        return 2.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise PassingInitError(f"PASSING_POOL_POLL={text!r}: seconds between reads of the "
+                               "job's parameters, 0 (never) or more")
+    return seconds
+
+
 def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
     """This rank's half of the start-up check: its node, host and job, or the error it met."""
     try:
@@ -344,6 +360,7 @@ def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
         stream_options(timeout, env)  # the environment's own mistakes first
         params = params_from_env(env)
         options = stream_options(timeout, env, params)
+        pool_poll(env)
         host = this_host(params, env)
         if params.mode != "passing":
             raise PassingInitError(f"job {params.job_id} is an {params.mode} job; the passing "
@@ -386,8 +403,10 @@ def create_process_group(store: dist.Store, rank: int, size: int,
     pg._delegates["cpu"].broadcast([session], opts).wait()
     error = ""
     try:
+        env = dict(os.environ)
         pg.passing = PassingAllreduce(params, host, local, session=int(session.item()) & (
-            (1 << 64) - 1), nonfinite="propagate", total_gpus=size, **options)
+            (1 << 64) - 1), nonfinite="propagate", total_gpus=size,
+            params_source=lambda: params_from_env(env), poll=pool_poll(env), **options)
     except (OSError, RuntimeError, ValueError) as e:  # e.g. the leader cannot bind its port
         error = f"{type(e).__name__}: {e}"
     _agree(store, "passing/ready", rank, size, {"error": error, "host": host}, timeout)

@@ -88,6 +88,13 @@ class StreamConfig:
     # GPUs a complete sum holds (the hosts' num_contrib added up); 0: streams * local_gpus,
     # right only if every host has as many GPUs as this one.
     total_gpus: int = 0
+    # Which of the job's two pools the packets name (FLAG_POOL; JobParams.pool's low bit).
+    pool: int = 0
+    # The first call waits for everyone, as after `staleness` short calls: after a live pool
+    # move, no host may be left out of the new pool's first rounds, since one still finishing
+    # its last call in the old pool could not keep the new pool's results that arrive
+    # meanwhile (host_agent.pool_move).
+    wait_first: bool = False
 
     @property
     def complete(self) -> int:
@@ -223,7 +230,8 @@ class SlotStreamer:
         # them without it, and the multicast brought them early (a late host takes them
         # instead of sending: the switch may have left those rounds behind).
         self.early: dict[tuple[int, int], np.void] = {}
-        self.short_streak = 0  # calls in a row whose sums left some GPU out
+        # Calls in a row whose sums left some GPU out.
+        self.short_streak = cfg.staleness if cfg.wait_first else 0
         # The last call was short: the next closes its rounds as soon as the quorum is in.
         self.eager = False
         # How long a round completed by every host waits, from its packet's first send to
@@ -245,6 +253,10 @@ class SlotStreamer:
             self._drainer.start()
         self.last_counts = np.zeros(0, dtype=np.int64)  # GPUs in each element of the last sum
         self._counts = np.zeros(0, dtype=np.int64)
+        if cfg.pool not in (0, 1):
+            raise ValueError(f"pool {cfg.pool}: 0 or 1 (the low bit of JobParams.pool)")
+        self._pool_flag = int(P.Flag.POOL) if cfg.pool else 0
+        self._result_flags = int(P.Flag.RESULT) | self._pool_flag
         if not 0 < cfg.session < 1 << 64:
             raise ValueError(f"session {cfg.session}: a non-zero 64-bit number "
                              "(host_agent.session.new_session)")
@@ -500,7 +512,7 @@ class SlotStreamer:
         batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
                                   contributor=cfg.contributor,
                                   flags=np.where(close, int(P.Flag.CONTRIB | P.Flag.CLOSE),
-                                                 int(P.Flag.CONTRIB)),
+                                                 int(P.Flag.CONTRIB)) | self._pool_flag,
                                   round=rounds, frag=frag,
                                   num_contrib=np.where(abstain, 0, cfg.local_gpus),
                                   exp=exp, tag=call.tag, session=cfg.session)
@@ -529,7 +541,7 @@ class SlotStreamer:
     def _resend(self, call: _Call, slots: np.ndarray, now: float, probe: bool) -> None:
         """Send the packets `slots` wait on again, marked RETRANS (and CLOSE once their
         patience ran out)."""
-        flags = int(P.Flag.CONTRIB | P.Flag.RETRANS)
+        flags = int(P.Flag.CONTRIB | P.Flag.RETRANS) | self._pool_flag
         for s in slots.tolist():
             f = flags | int(P.Flag.CLOSE) if call.close[s] else flags
             self.transport.send(packet.with_flags(call.payloads[s], f))
@@ -575,11 +587,21 @@ class SlotStreamer:
             return recv_rows(timeout)
         return packet.rows_of(self.transport.recv(timeout))
 
-    def close(self) -> None:
-        """Stop reading between calls and close the transport (if it can be closed)."""
+    def detach(self) -> Transport:
+        """Stop reading between calls and hand the transport over, open (to the streamer of
+        the pool the host moves to); this streamer cannot be used afterwards."""
+        self._stop_reading()
+        self.broken = "its host moved to another pool"
+        return self.transport
+
+    def _stop_reading(self) -> None:
         self._stop.set()
         if self._drainer is not None:
             self._drainer.join(5)
+
+    def close(self) -> None:
+        """Stop reading between calls and close the transport (if it can be closed)."""
+        self._stop_reading()
         close = getattr(self.transport, "close", None)
         if close is not None:
             close()
@@ -608,7 +630,7 @@ class SlotStreamer:
                     call: _Call | None) -> int:
         """Keep the results of rounds this host has not sent yet (see `early`), of this call
         (None: between calls) or a later one; how many were kept."""
-        mine = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
+        mine = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == self._result_flags)
                 & (recs["session"] == self.cfg.session) & (slot < self.cfg.window))
         rest = np.setdiff1d(np.flatnonzero(mine), matched)
         if not rest.size or len(self.early) >= _EARLY_MAX:
@@ -635,7 +657,7 @@ class SlotStreamer:
         if not len(rows):
             return none
         recs, slot = _records(rows)
-        ok = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == int(P.Flag.RESULT))
+        ok = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == self._result_flags)
               & (recs["tag"] == call.tag) & (recs["session"] == self.cfg.session)
               & (slot < call.used))
         cand = np.flatnonzero(ok)

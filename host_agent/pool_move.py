@@ -1,0 +1,131 @@
+"""Live pool resizing, the agents' side: when the hosts move to the pool `passing-ctl job resize`
+installed, and to which.
+
+The controller installs the new pool beside the old one (the other FLAG_POOL) and raises the
+job's `pool` in its parameters; the agents learn it by polling their parameter source. They
+must then all change pools at the same call: a host that streamed a call into the other pool, or
+with another window, would have its fragments summed with the wrong ones. So every call carries
+a vote in one fragment of its own, after the tensor's:
+
+    lanes (1, W, W*W) from a host that knows the next pool (pool + 1, window W), zeros otherwise
+
+and the hosts move after the call whose sum of those lanes (n, n*W, n*W*W) says that all n
+hosts voted for the same window (Cauchy-Schwarz: n * sum(W^2) == sum(W)^2 only if every W is
+equal). Every host reads the same sum, so every host decides alike; a round closed by a quorum
+holds fewer votes, and nobody moves. The lanes are integers below 2**S, which the fixed point
+carries exactly (host_agent.fixed_point).
+
+After the move the hosts use a session derived from the old one and the pool number, so a
+result of the old pool (a late resend's answer) can never be taken for one of the new pool,
+and the first call in the new pool waits for everyone (StreamConfig.wait_first), so no new
+round completes while a host may still be finishing its last call in the old one. The
+controller frees the old pool once every host has contributed to the new one
+(docs/protocol.md, "Live pool resizing").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from passing import protocol as P
+from passing.contract import JobParams
+
+VOTE_LANES = 3
+
+
+def vote_offset(n: int) -> int:
+    """Where a call of `n` values puts its vote: the first lane of the fragment after them."""
+    return -(-n // P.K) * P.K
+
+
+def call_size(n: int) -> int:
+    """Values a call of `n` streams through the switch, the vote included."""
+    return vote_offset(n) + VOTE_LANES
+
+
+def pool_session(session: int, pool: int) -> int:
+    """The session the hosts use in pool number `pool`, moving from `session`: the same on
+    every host, non-zero, and unrelated to the old one's packets."""
+    h = hashlib.sha256(session.to_bytes(8, "big") + pool.to_bytes(4, "big") + b"passing/pool")
+    return int.from_bytes(h.digest()[:8], "big") or 1
+
+
+def _same_job(a: JobParams, b: JobParams) -> bool:
+    """Parameters of the same job that a resize may have produced: only the window and the
+    pool change."""
+    return (a.job_id, a.mode, a.session_key, a.switch_udp_port, a.agent_udp_port, a.hosts,
+            a.values_per_packet) == (b.job_id, b.mode, b.session_key, b.switch_udp_port,
+                                     b.agent_udp_port, b.hosts, b.values_per_packet)
+
+
+class PoolVote:
+    """The leader's view of the job's pool: the one it streams in (`params`), the next one it
+    learned of (polling `source` every `poll` seconds, in a thread), and the votes."""
+
+    def __init__(self, params: JobParams, source: Callable[[], JobParams] | None = None,
+                 poll: float = 2.0):
+        self.params = params
+        self.calls = 0
+        self.moves: list[tuple[int, int, int]] = []  # (call, pool, window) of every move
+        self._source = source
+        self._next: JobParams | None = None
+        self._voted: JobParams | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if source is not None and poll > 0:
+            self._thread = threading.Thread(target=self._poll, args=(poll,), daemon=True,
+                                            name=f"passing-pool-{params.job_id}")
+            self._thread.start()
+
+    def offer(self, params: JobParams) -> bool:
+        """Take `params` as the next pool if it is the one after the current pool of this very
+        job; whether it was taken."""
+        if params.pool != self.params.pool + 1 or not _same_job(params, self.params):
+            return False
+        self._next = params
+        return True
+
+    def _poll(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                fresh = self._source()
+            except Exception:  # noqa: BLE001 - an unreachable controller: keep the pool we have
+                continue
+            self.offer(fresh)
+
+    def with_vote(self, flat: np.ndarray) -> np.ndarray:
+        """`flat` (float64) followed by this host's vote, as the call streams it."""
+        n = flat.size
+        out = np.zeros(call_size(n), dtype=np.float64)
+        out[:n] = flat
+        nxt = self._next
+        self._voted = nxt if nxt is not None and nxt.pool == self.params.pool + 1 else None
+        if self._voted is not None:
+            w = float(self._voted.window)
+            out[vote_offset(n):] = (1.0, w, w * w)
+        return out
+
+    def decide(self, sums: np.ndarray, counts: np.ndarray, complete: int,
+               streams: int) -> JobParams | None:
+        """After a call: the pool every host moves to now, from the call's vote lanes (`sums`,
+        and the GPUs each holds, `counts`), or None to stay."""
+        voted, self._voted = self._voted, None
+        self.calls += 1
+        n, s1, s2 = (int(v) for v in np.rint(sums[:VOTE_LANES]))
+        if (voted is None or n != streams or np.any(counts[:VOTE_LANES] < complete)
+                or n * s2 != s1 * s1 or s1 != n * voted.window):
+            return None
+        self.params = voted
+        if self._next is voted:
+            self._next = None
+        self.moves.append((self.calls, voted.pool, voted.window))
+        return voted
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
