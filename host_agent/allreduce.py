@@ -20,7 +20,6 @@ values does not overflow where the sum would).
 """
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as objects.
-import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -28,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from host_agent.fixed_point import NonFiniteError
-from host_agent.pool_move import PoolVote, call_size, pool_session, vote_offset
+from host_agent.pool_move import PooledStreamer
 from host_agent.session import agree_in_group
 from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
@@ -112,8 +111,7 @@ class PassingAllreduce:
         # Known on every local rank (the options are the same on all), so that calls_behind
         # is a collective only where it can answer more than 0.
         self.quorum_mode = stream_options.get("patience") is not None
-        self.streamer = None
-        self.pools: PoolVote | None = None
+        self.stream: PooledStreamer | None = None
         if self.is_leader:
             if transport is None:
                 transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
@@ -122,19 +120,20 @@ class PassingAllreduce:
             stream_options.setdefault("total_gpus", params.gpus)
             cfg = StreamConfig(params.job_id, h.contributor_id, params.window,
                                params.streams, self.session,
-                               local_gpus=self.local_size, pool=params.pool & 1,
-                               **stream_options)
-            self.streamer = SlotStreamer(cfg, transport)
-            self.pools = PoolVote(params, params_source, poll)
+                               local_gpus=self.local_size, **stream_options)
+            self.stream = PooledStreamer(cfg, transport, params, params_source, poll)
+
+    @property
+    def streamer(self) -> SlotStreamer | None:
+        """The leader's stream in the job's current pool (None on other local ranks)."""
+        return self.stream.streamer if self.stream is not None else None
 
     def close(self) -> None:
         """Release the leader's UDP socket (the group is the caller's: it is left as it is).
         Idempotent; the object cannot sum afterwards."""
-        if self.streamer is not None:
-            self.streamer.close()
-            self.streamer = None
-        if self.pools is not None:
-            self.pools.close()
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
     def calls_behind(self, numel: int, device: torch.device | str = "cpu") -> int:
         """How many of the next all-reduces of `numel` elements the other hosts have already
@@ -146,8 +145,8 @@ class PassingAllreduce:
         if not self.quorum_mode:
             return 0
         count = torch.zeros(1, dtype=torch.int64, device=device)
-        if self.is_leader and self.streamer is not None:
-            count[0] = self.streamer.calls_ready(call_size(numel))
+        if self.is_leader and self.stream is not None:
+            count[0] = self.stream.calls_ready(numel)
         self._local.broadcast([count], _from_leader()).wait()
         return int(count.item())
 
@@ -179,37 +178,25 @@ class PassingAllreduce:
                         divide_by: int) -> tuple[int, str]:
         """The leader's part: stream the host's sum, write the result into `out` (rounded
         once, to out's dtype). (status code, message for the other local ranks)."""
-        if self.streamer is None:
+        if self.stream is None:
             return _OTHER, "this PassingAllreduce is closed (its process group was destroyed)"
         flat = local_sum.detach().to("cpu", torch.float64).numpy().ravel()
-        n, cfg = flat.size, self.streamer.cfg
-        complete = cfg.complete
-        moving = None
+        complete = self.stream.cfg.complete
         try:
-            total = self.streamer.allreduce(self.pools.with_vote(flat))
-            counts = self.streamer.last_counts[:n]
-            votes = slice(vote_offset(n), None)
-            moving = self.pools.decide(total[votes], self.streamer.last_counts[votes],
-                                       complete, cfg.streams)
-            result = torch.from_numpy(total[:n].reshape(out.shape))
+            result = torch.from_numpy(self.stream.allreduce(flat).reshape(out.shape))
+            counts = self.stream.last_counts
         except NonFiniteError as e:
             if self.nonfinite == "raise":
                 return _NONFINITE, str(e)
             # Every host left the slots in step (the stream completed); the sum is not a number.
             # Every host failed the same call, so none reads its votes: nobody moves.
             result = torch.full(out.shape, float("nan"), dtype=torch.float64)
-            counts = np.full(n, complete)
+            counts = np.full(flat.size, complete)
         except (SwitchTimeout, SessionBroken) as e:
             return _TIMEOUT, str(e)
         except Exception as e:  # any other failure must not leave the others waiting
             return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
-        if moving is not None:
-            # Every host moves after this same call (host_agent.pool_move).
-            self.streamer = SlotStreamer(dataclasses.replace(
-                cfg, window=moving.window, pool=moving.pool & 1,
-                session=pool_session(cfg.session, moving.pool), wait_first=True),
-                self.streamer.detach())
-        if self.streamer.cfg.patience is not None and np.any(counts < complete):
+        if self.stream.cfg.patience is not None and np.any(counts < complete):
             # A round closed by a quorum (docs/protocol.md) holds fewer GPUs' values: scaled
             # to the full sum they estimate, so that an average (AVG, DDP's division by the
             # world size) is the mean of the gradients that made it, as in backup-worker SGD.

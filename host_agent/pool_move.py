@@ -25,12 +25,14 @@ controller frees the old pool once every host has contributed to the new one
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
+from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from passing import protocol as P
 from passing.contract import JobParams
 
@@ -129,3 +131,44 @@ class PoolVote:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+
+
+class PooledStreamer:
+    """A host's stream through whichever pool its job is in: the SlotStreamer of the current
+    pool, every call carrying this host's vote, and the move to the next pool after the call
+    whose votes say so. `cfg` is the stream's configuration in the first pool (its `pool` is
+    taken from `params`)."""
+
+    def __init__(self, cfg: StreamConfig, transport: Transport, params: JobParams,
+                 source: Callable[[], JobParams] | None = None, poll: float = 2.0):
+        self.streamer = SlotStreamer(dataclasses.replace(cfg, pool=params.pool & 1), transport)
+        self.vote = PoolVote(params, source, poll)
+        self.last_counts = np.zeros(0, dtype=np.int64)
+
+    @property
+    def cfg(self) -> StreamConfig:
+        return self.streamer.cfg
+
+    def allreduce(self, flat: np.ndarray) -> np.ndarray:
+        """SlotStreamer.allreduce of the 1-d `flat`, in the job's current pool; `last_counts`
+        the GPUs each element's sum holds. A move happens after the call, never during it."""
+        n, cfg = flat.size, self.streamer.cfg
+        total = self.streamer.allreduce(self.vote.with_vote(flat))
+        counts = self.streamer.last_counts
+        votes = slice(vote_offset(n), None)
+        moving = self.vote.decide(total[votes], counts[votes], cfg.complete, cfg.streams)
+        self.last_counts = counts[:n]
+        if moving is not None:
+            self.streamer = SlotStreamer(dataclasses.replace(
+                cfg, window=moving.window, pool=moving.pool & 1,
+                session=pool_session(cfg.session, moving.pool), wait_first=True),
+                self.streamer.detach())
+        return total[:n]
+
+    def calls_ready(self, n: int) -> int:
+        """SlotStreamer.calls_ready for calls of `n` values (and their votes)."""
+        return self.streamer.calls_ready(call_size(n))
+
+    def close(self) -> None:
+        self.streamer.close()
+        self.vote.close()

@@ -5,13 +5,29 @@ bit it came in with, and pool_contribs tells the controller who has used which p
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import numpy as np
 
 from controller.switch import Update
 from controller.tables.job_admission import JobAdmissionTables
+from host_agent.pool_move import PooledStreamer
+from host_agent.stream import StreamConfig
 from passing import protocol as P
-from testbed.entries import Uplink, contribution, decode, install_job
+from passing.contract import HostParams, JobParams
+from testbed.entries import (
+    SESSION,
+    PortTransport,
+    Uplink,
+    agent_port,
+    contribution,
+    decode,
+    host_ip,
+    install_job,
+    switch_ip,
+    switch_mac,
+)
 
 DEV = 0
 POOL = int(P.Flag.POOL)
@@ -133,3 +149,75 @@ def test_two_levels_sum_in_the_pool_the_hosts_named(two_level):
     assert pool_contribs(f["spine"].conn, 0, 0, 2) == [0, 0]
     for tor, _ in tors:
         assert pool_contribs(f[tor].conn, 0, 1, 2) == [1, 1]
+
+
+# -- real agents moving between the pools ------------------------------------------------------
+def job_params(window: int, pool: int) -> JobParams:
+    hosts = tuple(HostParams(f"h{p}", host_ip(DEV, p), switch_ip(DEV), switch_mac(DEV), p - 1, 1)
+                  for p in (1, 2))
+    return JobParams(11, "passing", "", P.PASSING_UDP_PORT, agent_port(1), window, hosts,
+                     pool=pool)
+
+
+def test_agents_move_to_a_resized_pool_at_the_same_call(star):
+    """Two hosts' agents (host_agent.pool_move) sum through the switch while the job is
+    resized twice, the way the controller does it (the new pool installed before the
+    parameters name it, the old one removed once both hosts contributed to the new one):
+    every call's sum is exact, both hosts move after the same call, and only the pool each
+    call was in is used."""
+    sw = star["s1"]
+    conn = sw.conn
+    adm = JobAdmissionTables(conn)
+    first = install_job(conn, DEV, job_id=11, members={1: 0, 2: 1}, pool_size=8, gen=1)
+    current = {"params": job_params(8, 0)}
+    agents = [PooledStreamer(StreamConfig(11, p - 1, 8, 2, SESSION, rto=0.05, deadline=10),
+                             PortTransport(sw.test_ports[p], DEV, p), current["params"],
+                             source=lambda: current["params"], poll=0.02) for p in (1, 2)]
+    rng = np.random.default_rng(11)
+    wrong, moves_at = [], {1: [], 2: []}
+
+    def host(i: int) -> None:
+        try:
+            for c in range(400):
+                moves = agents[i].vote.moves
+                if len(moves) == 2 and c >= moves[-1][0] + 5:
+                    break  # at the same call on both hosts: they moved at the same call
+                x = np.random.default_rng(1000 * c + i).integers(-999, 999, 700)
+                other = np.random.default_rng(1000 * c + 1 - i).integers(-999, 999, 700)
+                got = agents[i].allreduce(x.astype(np.float64))
+                if not np.array_equal(got, x + other):
+                    wrong.append((i, c))
+                moves_at[i + 1] = list(agents[i].vote.moves)
+        except Exception as e:  # reported below
+            wrong.append((i, repr(e)))
+
+    threads = [threading.Thread(target=host, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        def wait_all_on(pool: int, before=(0, 0)) -> None:
+            deadline = time.monotonic() + 30
+            while any(n <= b for n, b in zip(pool_contribs(conn, 0, pool, 2), before,
+                                             strict=True)):
+                assert time.monotonic() < deadline, f"hosts never all used pool {pool}"
+                time.sleep(0.05)
+
+        wait_all_on(0)
+        one = add_pool(conn, first, pool_base=int(rng.integers(100, 200)), pool_size=3, gen=2)
+        current["params"] = job_params(3, 1)
+        wait_all_on(1)
+        conn.write([adm.job_delete(11, 0)])
+        before = pool_contribs(conn, 0, 0, 2)  # the first pool's, under the same bit
+        add_pool(conn, one, pool_base=300, pool_size=12, gen=3)
+        current["params"] = job_params(12, 2)
+        wait_all_on(0, before)
+        conn.write([adm.job_delete(11, 1)])
+        time.sleep(0.3)
+    finally:
+        for t in threads:
+            t.join(60)
+        for a in agents:
+            a.close()
+    assert wrong == []
+    assert moves_at[1] == moves_at[2] and [(p, w) for _, p, w in moves_at[1]] == [(1, 3), (2, 12)]
+    assert all((a.cfg.pool, a.cfg.window) == (0, 12) for a in agents)

@@ -118,7 +118,7 @@ def worker(rank: int, port: int, first: JobParams, path: str, until: int,
             if not torch.equal(t, expected):
                 wrong.append(calls)
             calls += 1
-            moved = len(passing.pools.moves) if passing.pools is not None else 0
+            moved = len(passing.stream.vote.moves) if passing.stream is not None else 0
             # Every rank stops at the same call: the leaders know when they moved.
             flag[0] = moved
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -127,9 +127,9 @@ def worker(rank: int, port: int, first: JobParams, path: str, until: int,
                 break
             time.sleep(0.005)
         report = {"rank": rank, "wrong": wrong, "calls": calls}
-        if passing.pools is not None:
+        if passing.stream is not None:
             cfg = passing.streamer.cfg
-            report.update(moves=passing.pools.moves, window=cfg.window, pool=cfg.pool)
+            report.update(moves=passing.stream.vote.moves, window=cfg.window, pool=cfg.pool)
         passing.close()
         dist.destroy_process_group()
         out.put(report)
