@@ -46,6 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--slow-node", type=int, default=-1,
                     help="node (torchrun GROUP_RANK) whose ranks are slower; -1: none")
     ap.add_argument("--slow-factor", type=float, default=2.0)
+    ap.add_argument("--slow-period", type=int, default=0,
+                    help="a straggler whose slowness varies: slow for this many steps, then "
+                         "normal for as many, and so on (default 0: slow throughout)")
     ap.add_argument("--catch-up", action="store_true",
                     help="skip computing the steps the other hosts completed without this one")
     ap.add_argument("--check-ms", type=float, default=10.0,
@@ -57,9 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.steps < 1 or args.eval_every < 1 or args.compute_ms < 0 or args.slow_factor < 1 \
-            or args.check_ms <= 0:
+            or args.check_ms <= 0 or args.slow_period < 0:
         ap.error("--steps and --eval-every at least 1, --compute-ms at least 0, "
-                 "--slow-factor at least 1, --check-ms above 0")
+                 "--slow-factor at least 1, --check-ms above 0, --slow-period at least 0")
     return args
 
 
@@ -114,7 +117,11 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--global-batch {args.global_batch} is not divisible by {world} "
                          "ranks")
     shard = args.global_batch // world
-    compute_s = args.compute_ms / 1e3 * (args.slow_factor if node == args.slow_node else 1.0)
+
+    def compute_s(step: int) -> float:
+        slow = node == args.slow_node and (not args.slow_period
+                                           or (step // args.slow_period) % 2 == 0)
+        return args.compute_ms / 1e3 * (args.slow_factor if slow else 1.0)
 
     x_train, y_train, x_test, y_test = load_digits_split(args.seed)
     x_train_t, y_train_t = torch.from_numpy(x_train), torch.from_numpy(y_train)
@@ -154,7 +161,7 @@ def run(args: argparse.Namespace) -> dict:
                 p.grad.zero_()
             loss = loss_fn(model(x_train_t[idx]), y_train_t[idx])
             loss.backward()
-            abandoned = compute(began, compute_s, args, flat.numel())
+            abandoned = compute(began, compute_s(s), args, flat.numel())
             if abandoned:  # the others completed this step: its gradient would be dropped
                 flat.zero_()
                 skipped += 1

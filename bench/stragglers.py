@@ -66,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--compute-ms", type=float, default=100.0,
                     help="a normal node's compute per step (default 100)")
     ap.add_argument("--slow-factor", type=float, default=2.0)
+    ap.add_argument("--slow-period", type=int, default=0,
+                    help="the straggler is slow for this many steps, then normal for as many, "
+                         "and so on (default 0: slow throughout)")
     ap.add_argument("--quorum", type=int, default=0,
                     help="hosts a round may close with at the hosts' switches (default: all "
                          "but one)")
@@ -82,8 +85,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="run nothing: the table and plot of the run saved in --out, with "
                          "--target-accuracy (no root needed)")
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.slow_factor < 1 or args.patience <= 0 or args.staleness < 0:
-        ap.error("--steps >= 1, --slow-factor >= 1, --patience > 0, --staleness >= 0")
+    if args.steps < 1 or args.slow_factor < 1 or args.patience <= 0 or args.staleness < 0 \
+            or args.slow_period < 0:
+        ap.error("--steps >= 1, --slow-factor >= 1, --patience > 0, --staleness >= 0, "
+                 "--slow-period >= 0")
     try:
         stream_options(timedelta(seconds=1), {"PASSING_PATIENCE": args.adaptive})
     except PassingInitError as e:
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, (i, setting) in enumerate(chosen, 1):
             pnet.ctl.set_quorum(JOB, (quorum,) if setting.patience else ())
             train_args = ["--steps", args.steps, "--compute-ms", args.compute_ms,
-                          "--slow-factor", args.slow_factor,
+                          "--slow-factor", args.slow_factor, "--slow-period", args.slow_period,
                           "--slow-node", len(hosts) - 1 if setting.straggler else -1]
             if setting.catch_up:
                 train_args.append("--catch-up")
@@ -180,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             row |= {"run": i, "topo": args.topo, "target": args.target,
                     "compute_ms": args.compute_ms,
                     "slow_factor": args.slow_factor if setting.straggler else 1.0,
+                    "slow_period": args.slow_period if setting.straggler else 0,
                     "quorum": f"{quorum}/{len(hosts)}" if patience else "all",
                     "patience_s": patience, "staleness": args.staleness if patience else None,
                     "catch_up": setting.catch_up if patience else None}
@@ -208,6 +214,8 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
         tta = ("not reached" if r["time_to_target_s"] is None
                else f"{r['time_to_target_s']:.1f} s")
         slow = f"{r['slow_factor']:g}x" if r["straggler"] else "none"
+        if r["straggler"] and r.get("slow_period"):
+            slow += f", every other {r['slow_period']} steps"
         lines.append(f"| {r['setting']} | {slow} | {r['quorum']} | {r['ms_per_iter']:.0f} "
                      f"| {ratio} | {r['accuracy']:.2%} | {tta} | {r['short_calls']} "
                      f"| {r['skipped_by_straggler']} |")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.stragglers import SETTINGS, check, summarize, time_to
+from bench.straggler_train import parse_args as train_args
+from bench.stragglers import SETTINGS, check, parse_args, summarize, table, time_to
 
 
 def rank(r: int, node: int, seconds: float, checksum: float = 1.5, skipped: int = 0) -> dict:
@@ -45,3 +46,14 @@ def test_the_row_takes_the_slowest_rank_and_node_0s_curve():
     assert row["time_to_target_s"] == 4.0 and row["skipped_by_straggler"] == 40
     assert row["straggler"] and row["short_calls"] == 7
     assert time_to([(0.0, 0, 0.1), (3.0, 10, 0.5)], 0.9) is None
+
+
+def test_a_varying_straggler_is_named_in_the_table_and_bad_periods_refused(tmp_path):
+    args = parse_args(["--out", str(tmp_path), "--slow-period", "25"])
+    row = summarize(SETTINGS[1], [rank(0, 0, 9.0)], 0.85) | {
+        "quorum": "all", "slow_factor": 2.0, "slow_period": 25}
+    assert "| 2x, every other 25 steps |" in table([row], args)
+    with pytest.raises(SystemExit):
+        parse_args(["--out", str(tmp_path), "--slow-period", "-1"])
+    with pytest.raises(SystemExit):
+        train_args(["--slow-period", "-3"])
