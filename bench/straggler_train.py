@@ -99,14 +99,20 @@ def _sleep_until(t: float) -> None:
 
 
 def leader_stats() -> dict:
-    """The host leader's stream counters (quorum mode), for the report; {} elsewhere."""
-    streamer = getattr(getattr(dist.group.WORLD, "passing", None), "streamer", None)
-    if streamer is None:
+    """The host leader's stream counters (quorum mode) and the pools it streamed in (live
+    resizing: [call, pool, window] of every move), for the report; {} elsewhere. The
+    counters are the current pool's."""
+    passing = getattr(dist.group.WORLD, "passing", None)
+    stream = getattr(passing, "stream", None)
+    if stream is None:
         return {}
+    streamer = stream.streamer
     st = streamer.stats
     return {"short_calls": st.short_calls, "closes": st.closes, "taken_early": st.taken_early,
             "packets": st.packets, "retransmissions": st.retransmissions,
-            "patience_end": streamer.patience_now(), "round_wait": streamer.wait_avg}
+            "patience_end": streamer.patience_now(), "round_wait": streamer.wait_avg,
+            "pool_moves": [list(m) for m in stream.vote.moves],
+            "window": streamer.cfg.window}
 
 
 def run(args: argparse.Namespace) -> dict:

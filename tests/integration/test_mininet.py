@@ -372,3 +372,43 @@ def test_a_host_killed_mid_training_fails_every_other_rank(network):
     assert not h1["ok"] and h1["killed"] is None, h1  # it ended on its own
     assert len(h1["ranks"]) == 2 and all(not r["ok"] and r["error"] for r in h1["ranks"]), h1
     assert time.monotonic() - start < 200
+
+
+def test_a_job_resized_while_it_trains_moves_and_frees_its_old_pools(network):
+    """passing-ctl job resize's path end to end on two levels: while 4 hosts x 2 ranks train
+    through both racks, the controller moves the job from 16 to 4 slots per switch; the
+    agents (polling the parameter service) move after the same call, training ends on every
+    rank with one model, and the old pools are freed once every host uses the new ones."""
+    pnet = network("leafspine")
+    pnet.create_job(1, window=16)
+    old = {p.switch: (p.base, p.size) for p in pnet.ctl.job(1).pools}
+    out = {}
+    trainer = threading.Thread(target=lambda: out.update(pnet.train(
+        1, script=REPO / "bench" / "straggler_train.py", timeout=400,
+        args=("--steps", "150", "--compute-ms", "30", "--eval-every", "50"),
+        env={"PASSING_POOL_POLL": "0.2"})))
+    start = time.monotonic()
+    trainer.start()
+    while pnet.ctl.stats(1)["spine"]["job_results"] < 20:  # training runs through the spine
+        assert trainer.is_alive() and time.monotonic() - start < 200, out
+        time.sleep(0.2)
+    pnet.ctl.resize_job(1, 4)
+    params = pnet.ctl.agent_params(1)
+    assert (params.window, params.pool) == (4, 1)
+    trainer.join(420)
+    assert not trainer.is_alive()
+    assert all(r["ok"] for r in out.values()), {h: r["error"] for h, r in out.items()}
+    ranks = _ranks(out)
+    assert [r["rank"] for r in ranks] == list(range(8))
+    assert len({r["param_checksum"] for r in ranks}) == 1, "the replicas differ"
+    leaders = [r for r in ranks if "pool_moves" in r]
+    assert len(leaders) == 4, ranks
+    moves = {json.dumps(r["pool_moves"]) for r in leaders}
+    assert len(moves) == 1, f"the hosts moved after different calls: {moves}"
+    assert [m[1:] for m in leaders[0]["pool_moves"]] == [[1, 4]]
+    assert all(r["window"] == 4 for r in leaders)
+    move = pnet.ctl.retire_pools(1)
+    assert not move.pending and sorted(move.moved) == ["h1", "h2", "h3", "h4"], move
+    new = {p.switch: (p.base, p.size) for p in pnet.ctl.job(1).pools}
+    assert set(new) == set(old) and all(size == 4 for _, size in new.values())
+    assert all(new[s][0] >= old[s][0] + 16 or new[s][0] + 4 <= old[s][0] for s in old)
