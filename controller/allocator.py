@@ -12,8 +12,9 @@ The rules below are the contract an operator can rely on.
 * Share segments: the slots are cut into segments of `fair_share()` slots starting at slot 0
   (the last one shorter when max_jobs does not divide capacity), and a pool never crosses a
   segment boundary. Every pool therefore lies in one segment, so while fewer than max_jobs jobs
-  hold pools at least one whole segment is empty: every request of at most the equal share
-  succeeds in full, whatever sizes came and went before. (Plain first-fit without segments cannot
+  hold pools, and none has a retiring pool (see Resizing), at least one whole segment is empty:
+  every request of at most the equal share succeeds in full, whatever sizes came and went
+  before. (Plain first-fit without segments cannot
   promise this: freed holes between pools can leave the space split into pieces that are each
   too small.)
 * First fit: a block is a maximal run of free slots inside one segment. The block with the lowest
@@ -29,6 +30,11 @@ The rules below are the contract an operator can rely on.
   exactly when want <= largest_grant(), and with one exactly when minimum <= largest_grant(),
   getting min(want, largest_grant()) slots. A job spanning switches gets one pool size on all of
   them (`common_window`).
+* Resizing (`resize`): a job that holds a pool gets a new one under the same rules (equal share,
+  segments, first fit, minimum), disjoint from its current pool, which becomes *retiring*: it
+  keeps its slots (the job's agents may still use it) until `release_retiring`. The max_jobs
+  rule does not apply (the job is already counted; retiring pools never count as jobs), and a
+  job holds at most one retiring pool.
 * Freeing a pool returns its slots at once; free space next to it merges into one free range.
 * Pools never overlap and always lie in [0, capacity).
 
@@ -79,7 +85,8 @@ class SlotAllocator:
     """The pools of one switch. Not thread-safe: the controller owns one per switch."""
 
     def __init__(self, switch: str, capacity: int, max_jobs: int = 8,
-                 allocations: Mapping[int, SlotRange] | None = None) -> None:
+                 allocations: Mapping[int, SlotRange] | None = None,
+                 retiring: Mapping[int, SlotRange] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"switch {switch}: capacity must be at least 1, got {capacity}")
         if max_jobs < 1:
@@ -91,21 +98,30 @@ class SlotAllocator:
         self.capacity = capacity
         self.max_jobs = max_jobs
         self._pools: dict[int, SlotRange] = {}
+        self._retiring: dict[int, SlotRange] = {}
         # Restored pools are what the switch holds right now, so they are accepted even where they
         # break the share rules of the current configuration (the jobs are live); only states that
         # cannot exist on a switch are rejected.
-        for job_id, pool in (allocations or {}).items():
-            if pool.size < 1:
-                raise ValueError(f"switch {switch}: job {job_id} has an empty pool {pool!r}")
-            if pool.base < 0 or pool.end > capacity:
-                raise ValueError(f"switch {switch}: job {job_id} pool {pool} lies outside slots "
-                                 f"0-{capacity - 1}")
-            self._pools[job_id] = pool
-        by_base = sorted(self._pools.items(), key=lambda item: item[1])
+        for held, restored in ((self._pools, allocations), (self._retiring, retiring)):
+            for job_id, pool in (restored or {}).items():
+                if pool.size < 1:
+                    raise ValueError(f"switch {switch}: job {job_id} has an empty pool {pool!r}")
+                if pool.base < 0 or pool.end > capacity:
+                    raise ValueError(f"switch {switch}: job {job_id} pool {pool} lies outside "
+                                     f"slots 0-{capacity - 1}")
+                held[job_id] = pool
+        stray = sorted(set(self._retiring) - set(self._pools))
+        if stray:
+            raise ValueError(f"switch {switch}: job {stray[0]} has a retiring pool but no pool")
+        by_base = sorted(self._held(), key=lambda item: item[1])
         for (job_a, pool_a), (job_b, pool_b) in zip(by_base, by_base[1:], strict=False):
             if pool_b.base < pool_a.end:
                 raise ValueError(f"switch {switch}: pools of job {job_a} ({pool_a}) and job "
                                  f"{job_b} ({pool_b}) overlap")
+
+    def _held(self) -> list[tuple[int, SlotRange]]:
+        """Every range that holds slots: pools and retiring pools, with their job."""
+        return [*self._pools.items(), *self._retiring.items()]
 
     def fair_share(self) -> int:
         """The most slots one job may hold, and the size of a share segment."""
@@ -114,28 +130,57 @@ class SlotAllocator:
     def allocate(self, job_id: int, want: int, minimum: int | None = None) -> SlotRange:
         """Give `job_id` a pool of `want` slots (or at least `minimum`), by the module's rules."""
         who = f"switch {self.switch}: job {job_id}"
-        if want < 1:
-            raise AllocationError(f"{who} asked for {want} slots; a pool needs at least 1")
-        if minimum is not None:
-            if minimum < 1:
-                raise AllocationError(f"{who} asked for a minimum of {minimum} slots; a pool "
-                                      "needs at least 1")
-            if minimum > want:
-                raise AllocationError(f"{who} asked for {want} slots with a larger minimum of "
-                                      f"{minimum}")
+        _check_request(who, want, minimum)
         if job_id in self._pools:
             raise AllocationError(f"{who} already holds slots {self._pools[job_id]}; free them "
                                   "before allocating again")
         if len(self._pools) >= self.max_jobs:
             raise AllocationError(f"{who} refused: {len(self._pools)} jobs already hold pools, "
                                   f"the most this switch admits (max_jobs {self.max_jobs})")
+        self._pools[job_id] = self._place(who, want, minimum)
+        return self._pools[job_id]
+
+    def resize(self, job_id: int, want: int, minimum: int | None = None) -> SlotRange:
+        """Give `job_id`, which holds a pool, a new pool of `want` slots (or at least `minimum`)
+        disjoint from its current one, which becomes its retiring pool; refused, with nothing
+        changed, when the job holds no pool, already has a retiring one, or the new one does
+        not fit (the module's rules, but for max_jobs)."""
+        who = f"switch {self.switch}: job {job_id}"
+        if job_id not in self._pools:
+            raise AllocationError(f"{who} holds no pool to resize")
+        if job_id in self._retiring:
+            raise AllocationError(f"{who} still has a retiring pool {self._retiring[job_id]}; "
+                                  "it must be released before another resize")
+        _check_request(who, want, minimum)
+        # The current pool stays held while the new one is placed: both are in use for a while.
+        new = self._place(who, want, minimum, job_id)
+        self._retiring[job_id] = self._pools[job_id]
+        self._pools[job_id] = new
+        return new
+
+    def release_retiring(self, job_id: int) -> SlotRange:
+        """Free the retiring pool of `job_id` and return it."""
+        try:
+            return self._retiring.pop(job_id)
+        except KeyError:
+            raise AllocationError(f"switch {self.switch}: job {job_id} has no retiring pool "
+                                  "here") from None
+
+    def retiring(self) -> dict[int, SlotRange]:
+        """job_id -> retiring pool, in order of base (a copy)."""
+        return dict(sorted(self._retiring.items(), key=lambda item: item[1]))
+
+    def _place(self, who: str, want: int, minimum: int | None,
+               resizing: int | None = None) -> SlotRange:
+        """Where a pool of `want` slots (or at least `minimum`) goes now, by the share, segment,
+        first-fit and shortage rules; the request itself is valid."""
         share = self.fair_share()
         asked = want
         if want > share:
             basis = f"{self.capacity} slots / {self.max_jobs} jobs"
             if minimum is None:
                 raise AllocationError(f"{who} asked for {want} slots, more than the equal share "
-                                      f"of {share} ({basis}); {self._ask_for_less()}")
+                                      f"of {share} ({basis}); {self._ask_for_less(resizing)}")
             if minimum > share:
                 raise AllocationError(f"{who} needs at least {minimum} slots, more than the "
                                       f"equal share of {share} ({basis})")
@@ -144,21 +189,19 @@ class SlotAllocator:
         blocks = self._blocks()
         fit = next((block for block in blocks if block.size >= want), None)
         if fit is not None:
-            pool = SlotRange(fit.base, want)
-        else:
-            # max() keeps the first of equal keys, and blocks are sorted by base.
-            largest = max(blocks, key=lambda block: block.size, default=None)
-            if minimum is None or largest is None or largest.size < minimum:
-                need = f"{want} contiguous slots"
-                if minimum is not None:
-                    need = f"at least {minimum} contiguous slots (asked for {asked})"
-                raise AllocationError(f"{who} needs {need}; {self._describe_free()}")
-            pool = largest  # smaller than want, since no block holds want
-        self._pools[job_id] = pool
-        return pool
+            return SlotRange(fit.base, want)
+        # max() keeps the first of equal keys, and blocks are sorted by base.
+        largest = max(blocks, key=lambda block: block.size, default=None)
+        if minimum is None or largest is None or largest.size < minimum:
+            need = f"{want} contiguous slots"
+            if minimum is not None:
+                need = f"at least {minimum} contiguous slots (asked for {asked})"
+            raise AllocationError(f"{who} needs {need}; {self._describe_free()}")
+        return largest  # smaller than want, since no block holds want
 
     def free(self, job_id: int) -> SlotRange:
-        """Release the pool of `job_id` and return it."""
+        """Release the pool of `job_id` (and its retiring pool, if any) and return the pool."""
+        self._retiring.pop(job_id, None)
         try:
             return self._pools.pop(job_id)
         except KeyError:
@@ -174,7 +217,7 @@ class SlotAllocator:
         """The free space as maximal ranges, sorted by base."""
         ranges = []
         cursor = 0
-        for pool in sorted(self._pools.values()):
+        for pool in sorted(r for _, r in self._held()):
             if pool.base > cursor:
                 ranges.append(SlotRange(cursor, pool.base - cursor))
             cursor = pool.end
@@ -186,19 +229,31 @@ class SlotAllocator:
         """Size of the largest free range (0 when full). A pool may get less: see _blocks."""
         return max((r.size for r in self.free_ranges()), default=0)
 
-    def largest_grant(self) -> int:
+    def largest_grant(self, resizing: int | None = None) -> int:
         """The most slots a new job can get here now (0: none): the largest free block within
-        one share segment, unless max_jobs jobs already hold pools."""
-        if len(self._pools) >= self.max_jobs:
+        one share segment, unless max_jobs jobs already hold pools. resizing: a job id; what a
+        `resize` of that job can get instead (0 where it may not resize)."""
+        if resizing is not None:
+            if resizing not in self._pools or resizing in self._retiring:
+                return 0
+        elif len(self._pools) >= self.max_jobs:
             return 0
         return max((block.size for block in self._blocks()), default=0)
 
-    def grant_limit(self) -> str:
-        """Why largest_grant() is what it is, for an operator: free ranges and the rule that
-        bounds it."""
-        grant, share, largest = self.largest_grant(), self.fair_share(), self.largest_free()
+    def grant_limit(self, resizing: int | None = None) -> str:
+        """Why largest_grant(resizing) is what it is, for an operator: free ranges, retiring
+        pools (they free themselves) and the rule that bounds it."""
+        grant, share = self.largest_grant(resizing), self.fair_share()
+        largest = self.largest_free()
         free = ", ".join(str(r) for r in self.free_ranges()) or "none"
-        if len(self._pools) >= self.max_jobs:
+        if self._retiring:
+            free += " (retiring, freed once their jobs' hosts all use their new pools: " + \
+                ", ".join(f"job {j} {r}" for j, r in self.retiring().items()) + ")"
+        if resizing is not None and resizing in self._retiring:
+            why = f"job {resizing} still has a retiring pool here"
+        elif resizing is not None and resizing not in self._pools:
+            why = f"job {resizing} holds no pool here"
+        elif resizing is None and len(self._pools) >= self.max_jobs:
             why = (f"no more jobs: {len(self._pools)} hold pools, the most it admits "
                    f"(max_jobs {self.max_jobs})")
         elif largest == 0:
@@ -213,18 +268,18 @@ class SlotAllocator:
             why = f"at most {grant}, its largest free range"
         return f"free {free}; {why}"
 
-    def _ask_for_less(self) -> str:
-        grant = self.largest_grant()
+    def _ask_for_less(self, resizing: int | None = None) -> str:
+        grant = self.largest_grant(resizing)
         if grant == self.fair_share():
             return f"ask for at most {grant}, or give a minimum to accept the share"
         if grant:
             return (f"ask for at most {grant}, or give a minimum of at most {grant} to accept "
-                    f"{grant} ({self.grant_limit()})")
-        return f"no pool fits here now ({self.grant_limit()})"
+                    f"{grant} ({self.grant_limit(resizing)})")
+        return f"no pool fits here now ({self.grant_limit(resizing)})"
 
     def used(self) -> int:
-        """Slots held by pools."""
-        return sum(pool.size for pool in self._pools.values())
+        """Slots held by pools and retiring pools."""
+        return sum(pool.size for _, pool in self._held())
 
     def occupancy_map(self, width: int = 64) -> str:
         """The switch's slots as text: a scale line, map lines of `width` cells, a legend line."""
@@ -237,6 +292,10 @@ class SlotAllocator:
             symbol = MAP_SYMBOLS[i] if i < len(MAP_SYMBOLS) else MAP_OVERFLOW_SYMBOL
             owners[pool.base:pool.end] = [symbol] * pool.size
             legend.append(f"{symbol} = job {job_id} {pool}")
+            old = self._retiring.get(job_id)
+            if old is not None:  # the job's symbol too: its slots until it is released
+                owners[old.base:old.end] = [symbol] * old.size
+                legend[-1] += f" + retiring {old}"
 
         cells = []
         for start in range(0, self.capacity, per_cell):
@@ -281,13 +340,15 @@ class SlotAllocator:
 
 
 def common_window(job_id: int, window: int, min_window: int | None,
-                  allocators: Mapping[str, SlotAllocator]) -> int:
+                  allocators: Mapping[str, SlotAllocator], resize: bool = False) -> int:
     """The window a job gets: one pool size on every one of its switches (slot indices are
     shared along the tree). `window` where every switch can give it, else, with `min_window`,
     the most all of them can give, down to `min_window`; anything less is refused with each
     switch's free ranges, the largest window that fits, and a --min-window hint only when that
-    would succeed."""
-    fits = min(a.largest_grant() for a in allocators.values())
+    would succeed. resize: the window of the job's new pools in a `resize`, beside its
+    current ones."""
+    resizing = job_id if resize else None
+    fits = min(a.largest_grant(resizing) for a in allocators.values())
     if window <= fits:
         return window
     if min_window is not None and min_window <= fits:
@@ -299,16 +360,34 @@ def common_window(job_id: int, window: int, min_window: int | None,
         given = f"the largest window that fits on all of them now is {fits}"
     else:
         given = "no window fits on all of them now"
-    per_switch = "; ".join(f"{name}: {a.grant_limit()}" for name, a in allocators.items())
+    per_switch = "; ".join(f"{name}: {a.grant_limit(resizing)}"
+                           for name, a in allocators.items())
     if fits == 0:
-        full = ", ".join(name for name, a in allocators.items() if a.largest_grant() == 0)
+        full = ", ".join(name for name, a in allocators.items()
+                         if a.largest_grant(resizing) == 0)
         hint = f"delete a job on {full} first"
     elif min_window is None:
         hint = f"ask for a window of at most {fits}, or pass --min-window {fits} or less"
     else:
         hint = f"pass --min-window {fits} or less to accept a window of {fits}"
-    raise AllocationError(f"job {job_id} does not fit: it wants {wanted}, and {given} "
-                          f"({per_switch}); {hint}")
+    if resize:
+        head = (f"job {job_id} cannot be resized: its new pool, held beside its current one "
+                f"until the hosts have moved, needs {wanted}")
+    else:
+        head = f"job {job_id} does not fit: it wants {wanted}"
+    raise AllocationError(f"{head}, and {given} ({per_switch}); {hint}")
+
+
+def _check_request(who: str, want: int, minimum: int | None) -> None:
+    if want < 1:
+        raise AllocationError(f"{who} asked for {want} slots; a pool needs at least 1")
+    if minimum is not None:
+        if minimum < 1:
+            raise AllocationError(f"{who} asked for a minimum of {minimum} slots; a pool "
+                                  "needs at least 1")
+        if minimum > want:
+            raise AllocationError(f"{who} asked for {want} slots with a larger minimum of "
+                                  f"{minimum}")
 
 
 def _cell_symbol(owners: list[str]) -> str:

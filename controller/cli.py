@@ -7,8 +7,9 @@ kept in SQLite, so nothing is lost between invocations or when one is interrupte
 HTTP (controller.serve) until SIGINT or SIGTERM, reading the state file and never a switch.
 
 Exit codes: 0 done (`serve`: stopped by SIGINT/SIGTERM), 2 bad command line (a malformed
-`serve --listen`), 3 request refused (unknown job, duplicate id, host not in the topology, job
-that does not fit, bad topology; `serve`: the listen address is in use or not this machine's),
+`serve --listen`, `job resize --window 0`), 3 request refused (unknown job, duplicate id, host
+not in the topology, job that does not fit, a resize while the previous one still retires its
+old pool, bad topology; `serve`: the listen address is in use or not this machine's),
 4 a switch is unreachable or refused a write.
 """
 
@@ -41,6 +42,9 @@ EXAMPLES = {
     "job set": "passing-ctl job set 7 --quorum 3      # a round may close with 3 of its hosts\n"
                "  passing-ctl job set 8 --quorum 1,2    # 1 host per ToR, 2 racks at the spine\n"
                "  passing-ctl job set 7 --quorum all    # back to waiting for everyone",
+    "job resize": "passing-ctl job resize 7 --window 256   # live: agents move at a call "
+                  "boundary\n"
+                  "  passing-ctl job resize 7 --window 512 --min-window 128 --json",
     "job delete": "passing-ctl job delete 7",
     "job list": "passing-ctl job list --json",
     "job show": "passing-ctl job show 7   # pools per switch and the host agents' parameters",
@@ -85,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("switches", "show each switch: reachable? which pipeline does it run?")
     add("prepare", "push the pipeline where missing and install forwarding on every switch")
-    job = sub.add_parser("job", help="create, delete, list or show jobs",
-                         description="create, delete, list or show jobs")
+    job = sub.add_parser("job", help="create, resize, delete, list or show jobs",
+                         description="create, resize, delete, list or show jobs")
     jsub = job.add_subparsers(dest="job_cmd", required=True, metavar="ACTION")
     c = add("create", "create a job: slot pools on its switches, membership, multicast",
             jsub, "job create")
@@ -123,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help=PATIENCE_HELP + "; 'none': never ask")
     js.add_argument("--staleness", type=_staleness, default=None, metavar="S",
                     help=STALENESS_HELP)
+    rz = add("resize", "give a running job a new pool of another window, beside its current "
+                       "one, which is freed once every host has moved to the new pool",
+             jsub, "job resize")
+    rz.add_argument("job_id", type=int)
+    rz.add_argument("--window", type=_window, required=True,
+                    help="the job's new window: slots on each of its switches")
+    rz.add_argument("--min-window", type=_window, default=None,
+                    help="accept a smaller window down to this many slots when space is short")
+    rz.add_argument("--params-out", default=None,
+                    help="also write the host agents' new job parameters (JSON) to this file")
     d = add("delete", "delete a job and free its slots", jsub, "job delete")
     d.add_argument("job_id", type=int)
     add("list", "list jobs", jsub, "job list")
@@ -167,6 +181,12 @@ def _patience(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: P or MIN..MAX seconds, positive and finite, MIN <= MAX (or 'none' with "
             "job set)") from None
+
+
+def _window(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of slots, at least 1")
+    return int(text)
 
 
 def _staleness(text: str) -> int:
@@ -235,6 +255,27 @@ def _pools(rec) -> list[dict]:
              "generation": p.gen} for p in rec.pools]
 
 
+def _retiring(rec) -> list[dict]:
+    return [{"switch": r.switch, "slots": f"{r.base}-{r.base + r.size - 1}", "size": r.size,
+             "generation": r.gen, "pool_bit": r.bit} for r in rec.retiring]
+
+
+def _move_text(rec, move: dict | None, error: str | None) -> str:
+    """`job show`'s line on the job's pool epoch and, during a resize, who has not moved."""
+    text = f"pool epoch {rec.pool_epoch} (FLAG_POOL {rec.pool_bit})"
+    if rec.installing:
+        return text + ("; its resize was interrupted before every switch had the new pool: "
+                       "run `passing-ctl reconcile`")
+    if error is not None:
+        return text + f"; old pool retiring, cannot tell which hosts have moved: {error}"
+    if move is None or not move["pending"]:
+        return text
+    return (text + "; old pool retiring until every host has contributed to the new one; "
+            f"moved: {', '.join(move['moved']) or 'none'}; not yet: "
+            f"{', '.join(move['waiting'])}\nretiring:\n"
+            + _table(_retiring(rec), ["switch", "slots", "size", "generation"]))
+
+
 def _agent_ports(ctl: Controller, rec) -> str:
     return port_span(JobSpec.from_dict(rec.spec).agent_ports(ctl.topo))
 
@@ -273,6 +314,8 @@ def run_with(ctl: Controller, args) -> tuple[object, str]:
         for name, alloc in ctl.slots().items():
             res[name] = {"capacity": alloc.capacity, "used": alloc.used(),
                          "jobs": {j: [r.base, r.size] for j, r in alloc.allocations().items()},
+                         "retiring": {j: [r.base, r.size]
+                                      for j, r in alloc.retiring().items()},
                          "free": [[r.base, r.size] for r in alloc.free_ranges()]}
             text.append(f"{name}: {alloc.used()}/{alloc.capacity} slots used, fair share "
                         f"{alloc.fair_share()}\n{alloc.occupancy_map()}")
@@ -380,10 +423,13 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                                       f"quorum {','.join(map(str, spec.quorum))}")
             + f"; agents: {_patience_text(spec.patience)}, staleness {spec.staleness} (read "
             "when a session starts)\n" + _table(rows, ["switch", "fan_in", "quorum"]))
+    if args.job_cmd == "resize":
+        return resize(ctl, args)
     if args.job_cmd == "delete":
         rec = ctl.delete_job(args.job_id)
-        freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}" for p in rec.pools)
-        return {"job_id": rec.job_id, "freed": _pools(rec)}, \
+        freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}"
+                          for p in (*rec.pools, *rec.retiring))
+        return {"job_id": rec.job_id, "freed": _pools(rec) + _retiring(rec)}, \
             f"job {rec.job_id} deleted; slots freed: {freed}"
     if args.job_cmd == "list":
         rows = [{"job": r.job_id, "mode": r.spec.get("mode", "passing"),
@@ -393,16 +439,45 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         cols = ["job", "mode", "hosts", "window", "switches"]
         return rows, _table(rows, cols) if rows else "no jobs"
     if args.job_cmd == "show":
+        ctl.job(args.job_id)  # an unknown job is refused before any switch is asked
+        move, error = None, None
+        try:
+            move = ctl.retire_pools(args.job_id).to_dict()
+        except ControllerError as e:  # shown, not fatal: the rest comes from the state file
+            error = str(e)
         rec = ctl.job(args.job_id)
         params = ctl.agent_params(args.job_id).to_dict()
         res = {"job_id": rec.job_id, "spec": rec.spec, "pools": _pools(rec),
-               "agent_params": params}
+               "pool_epoch": rec.pool_epoch, "installing": rec.installing,
+               "retiring": _retiring(rec), "move": move, "agent_params": params}
+        if error is not None:
+            res["move_error"] = error
         return res, (f"job {rec.job_id}: hosts {', '.join(rec.spec['hosts'])}, agent ports "
-                     f"{_agent_ports(ctl, rec)}\n"
+                     f"{_agent_ports(ctl, rec)}, {_move_text(rec, move, error)}\n"
                      + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role",
                                             "generation"])
                      + "\n\nagent parameters:\n" + json.dumps(params, indent=2))
     raise AssertionError(args.job_cmd)
+
+
+def resize(ctl: Controller, args) -> tuple[object, str]:
+    """`job resize`: the job's new pools, its retiring ones and the agents' new parameters."""
+    if args.min_window is not None and args.min_window > args.window:
+        raise ControllerError(f"job {args.job_id} not resized: --min-window {args.min_window} "
+                              f"is larger than --window {args.window}")
+    rec = ctl.resize_job(args.job_id, args.window, args.min_window)
+    params = ctl.agent_params(rec.job_id).to_dict()
+    if args.params_out:
+        Path(args.params_out).write_text(json.dumps(params, indent=2) + "\n")
+    size = rec.pools[0].size
+    res = {"job_id": rec.job_id, "window": size, "pool_epoch": rec.pool_epoch,
+           "pools": _pools(rec), "retiring": _retiring(rec), "agent_params": params}
+    return res, (f"job {rec.job_id} resized to a window of {size} (pool epoch "
+                 f"{rec.pool_epoch}) on {', '.join(p.switch for p in rec.pools)}; its agents "
+                 "move at a call boundary, and the old pool is freed once every host has "
+                 "contributed to the new one:\n"
+                 + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role"])
+                 + "\nretiring:\n" + _table(_retiring(rec), ["switch", "slots", "size"]))
 
 
 def main(argv: list[str] | None = None, ctl: Controller | None = None) -> int:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from p4.config.v1 import p4info_pb2
 
-from controller import installer
+from controller import installer, resize
 from controller.allocator import AllocationError, SlotAllocator, SlotRange, common_window
 from controller.counters import StatsCounters
+from controller.errors import ControllerError, SwitchFailure, SwitchUnreachable
 from controller.job_plan import DEFAULT_AGENT_PORT_BASE, JobError, JobPlan, JobSpec, plan
 from controller.store import JobRecord, JobStore, PoolRecord, StoreError
 from controller.switch import SwitchConnection, SwitchError, Update
@@ -44,18 +45,6 @@ def port_span(ports: range) -> str:
 
 def _overlaps(a: range, b: range) -> bool:
     return a.start < b.stop and b.start < a.stop
-
-
-class ControllerError(RuntimeError):
-    """An operation that could not be done; the message is meant for the operator."""
-
-
-class SwitchFailure(ControllerError):
-    """A switch could not be reached or refused what it was told."""
-
-
-class SwitchUnreachable(SwitchFailure):
-    """No P4Runtime session with a switch, after the retries."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +190,9 @@ class Controller:
     def _allocators(self, switches: list[str]) -> dict[str, SlotAllocator]:
         return {s: SlotAllocator(s, P.SLOT_CAPACITY, self.max_jobs,
                                  {jid: SlotRange(p.base, p.size)
-                                  for jid, p in self.store.pools_on(s).items()})
+                                  for jid, p in self.store.pools_on(s).items()},
+                                 {jid: SlotRange(r.base, r.size)
+                                  for jid, r in self.store.retiring_on(s).items()})
                 for s in switches}
 
     def create_job(self, spec: JobSpec) -> JobRecord:
@@ -218,6 +209,8 @@ class Controller:
         if not spec.session_key:
             spec = dataclasses.replace(spec, session_key=secrets.token_hex(16))
         job_plan = plan(spec, self.topo)
+        # Old pools whose hosts have all moved are freed first, so the new job can have them.
+        resize.retire_where(self, job_plan.switches)
         allocs = self._allocators(job_plan.switches)
         try:
             window = common_window(spec.job_id, spec.window, spec.min_window, allocs)
@@ -256,7 +249,7 @@ class Controller:
         done: list[tuple[str, installer.Desired]] = []
         try:
             for pool in pools:
-                d = self._desired(job_plan, pool, claims)
+                d = self._desired(job_plan, record, pool, claims)
                 installer.install(self.conn(pool.switch), d)
                 done.append((pool.switch, d))
                 self._reset_counters(pool)
@@ -356,16 +349,20 @@ class Controller:
                     claims.setdefault((pool.switch, port), []).append((rec.job_id, pool.stat_idx))
         return claims
 
-    def _desired(self, job_plan: JobPlan, pool: PoolRecord,
+    def _desired(self, job_plan: JobPlan, rec: JobRecord, pool: PoolRecord,
                  claims: GuardClaims) -> installer.Desired:
+        """What job `rec` should have on pool.switch: its pool's entries under the job's pool
+        bit, and the job_config entry of its retiring pool there, if any."""
         params = installer.PoolParams(pool.base, pool.size, pool.gen, pool.stat_idx,
-                                      pool.mcast_grp)
+                                      pool.mcast_grp, rec.pool_bit)
+        old = next((installer.OldPool(r.base, r.size, r.gen, r.bit) for r in rec.retiring
+                    if r.switch == pool.switch), None)
         jid = job_plan.spec.job_id
         guard_ports = [port for port in job_plan.spec.agent_ports(self.topo)
                        if claims.get((pool.switch, port), [(jid, 0)])[0][0] == jid]
         return installer.desired(job_plan.roles[pool.switch], params, jid,
                                  self.topo.switches[pool.switch], guard_ports,
-                                 job_plan.quorum_at(pool.switch))
+                                 job_plan.quorum_at(pool.switch), old)
 
     def set_quorum(self, job_id: int, quorum: tuple[int, ...]) -> JobRecord:
         """Change a job's quorum while it runs (JobSpec.quorum; () for bulk-synchronous). The
@@ -395,7 +392,7 @@ class Controller:
             return rec
         claims = self._guard_claims()
         for pool in rec.pools:
-            d = self._desired(job_plan, pool, claims)
+            d = self._desired(job_plan, rec, pool, claims)
             conn = self.conn(pool.switch)
             try:
                 installer.repair(conn, installer.SwitchSnapshot.read(conn), d)
@@ -419,12 +416,13 @@ class Controller:
         return rec
 
     def delete_job(self, job_id: int) -> JobRecord:
+        """Remove the job's entries, a retiring pool's included, and free all its slots."""
         rec = self.job(job_id)
         spec = JobSpec.from_dict(rec.spec)
         job_plan = plan(spec, self.topo)
         claims = self._guard_claims()
         for pool in rec.pools:
-            d = self._desired(job_plan, pool, claims)
+            d = self._desired(job_plan, rec, pool, claims)
             # A port another live job also receives on (older records only) passes to it
             # rather than going unguarded.
             heirs = {}
@@ -455,10 +453,27 @@ class Controller:
                 hosts.append(HostParams(m.name, host_ip=m.ip, switch_ip=sw.ip,
                                         switch_mac=sw.mac, contributor_id=m.contributor,
                                         local_gpus=self.topo.hosts[m.name].gpus))
+        window, epoch = rec.pools[0].size, rec.pool_epoch
+        if rec.installing:
+            # A resize whose entries may not be on every switch yet: agents that moved now
+            # would send into a pool some switch does not have.
+            window, epoch = rec.retiring[0].size, epoch - 1
         return JobParams(job_id, spec.mode, spec.session_key,
                          switch_udp_port=P.PASSING_UDP_PORT, agent_udp_port=spec.udp_port,
-                         window=rec.pools[0].size, hosts=tuple(hosts),
-                         patience=spec.patience, staleness=spec.staleness)
+                         window=window, hosts=tuple(hosts),
+                         patience=spec.patience, staleness=spec.staleness, pool=epoch)
+
+    def resize_job(self, job_id: int, window: int,
+                   min_window: int | None = None) -> JobRecord:
+        """Move a running job to a new pool of `window` slots on each of its switches (at
+        least `min_window` when short), beside its current one, which retires once every host
+        uses the new one (controller.resize, docs/controller.md "Live pool resizing")."""
+        return resize.resize_job(self, job_id, window, min_window)
+
+    def retire_pools(self, job_id: int) -> resize.PoolMove:
+        """Free the job's retiring pools if every host has moved to its new pool; which hosts
+        have and which have not (controller.resize)."""
+        return resize.retire_pools(self, job_id)
 
     # -- observation ----------------------------------------------------------------------------
     def slots(self) -> dict[str, SlotAllocator]:
@@ -474,6 +489,7 @@ class Controller:
         late contributions by member ("late_by") and, under "switch_drops", that switch's
         drops counted for no job, so that every packet the switch dropped is accounted for in
         one place or the other."""
+        self.retire_pools(job_id)  # frees an old pool every host has left (a resize)
         rec = self.job(job_id)
         job_plan = plan(JobSpec.from_dict(rec.spec), self.topo)
         drops = self.switch_drops(p.switch for p in rec.pools)
@@ -494,13 +510,17 @@ class Controller:
         wrong. Stray entries (no known job) are reported, never removed."""
         wanted: dict[str, dict[int, installer.Desired]] = {s: {} for s in self.topo.switches}
         claims = self._guard_claims()
-        for rec in self.store.jobs():
+        records = self.store.jobs()
+        for rec in records:
             job_plan = plan(JobSpec.from_dict(rec.spec), self.topo)
             for pool in rec.pools:
-                wanted[pool.switch][rec.job_id] = self._desired(job_plan, pool, claims)
+                wanted[pool.switch][rec.job_id] = self._desired(job_plan, rec, pool, claims)
         report = {}
+        unsettled: set[str] = set()  # switches left with errors or differences
         for name in self.topo.switches:
             entry: dict[str, list[str]] = {"repaired": [], "stray": [], "errors": []}
+            report[name] = entry
+            unsettled.add(name)
             try:
                 if fix:
                     entry["pipeline"] = [self.prepare(name)]
@@ -511,20 +531,34 @@ class Controller:
                         entry["repaired"] += [f"pipeline: {state} (not fixed)"]
                         entry["repaired"] += [f"job {jid}: everything missing (not fixed)"
                                               for jid in wanted[name]]
-                        report[name] = entry
                         continue
                 snap = installer.SwitchSnapshot.read(self.conn(name))
                 for jid, d in wanted[name].items():
                     diff = installer.differences(snap, d)
                     if diff and fix:
-                        installer.repair(self.conn(name), snap, d)
-                        if (jid, d.job.pool) not in snap.jobs:  # installed afresh: counters at 0
-                            self._reset_counters(self.store.pools_on(name)[jid])
+                        self._repair(name, snap, d)
                         entry["repaired"] += [f"job {jid}: {x}" for x in diff]
                     elif diff:
                         entry["repaired"] += [f"job {jid}: {x} (not fixed)" for x in diff]
                 entry["stray"] = installer.strays(snap, wanted[name], {FLOOD_GROUP})
+                unsettled.discard(name)
             except (SwitchError, ControllerError) as e:
                 entry["errors"].append(str(e))
-            report[name] = entry
+        # A resize interrupted while installing is complete once all its switches are in line.
+        for rec in records:
+            if rec.installing and fix and not unsettled & {p.switch for p in rec.pools}:
+                self.store.resize_installed(rec.job_id, rec.pool_epoch)
         return report
+
+    def _repair(self, name: str, snap: installer.SwitchSnapshot, d: installer.Desired) -> None:
+        """installer.repair, with the counters a missing entry needs: zero pool_contribs of a
+        pool installed afresh before it can count (see resize), and zero every row of a job
+        the switch held nothing of (a reused counter row must start from zero)."""
+        jid = d.job.job_id
+        conn = self.conn(name)
+        counters = StatsCounters(conn)
+        if (jid, d.job.pool) not in snap.jobs:
+            conn.write(counters.pool_reset_updates(d.job.stat_idx, d.job.pool))
+        installer.repair(conn, snap, d)
+        if not any(j == jid for j, _ in snap.jobs):
+            conn.write(counters.reset_updates(d.job.stat_idx))

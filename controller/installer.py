@@ -8,7 +8,7 @@ only a `SwitchWriter`: the testbed applies the same description to an in-process
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from controller.job_plan import SwitchRole
 from controller.switch import SwitchConnection, SwitchError, SwitchWriter, Update, WriteError
@@ -28,6 +28,19 @@ class PoolParams:
     gen: int
     stat_idx: int
     mcast_grp: int
+    bit: int = 0  # the pool's FLAG_POOL: job_config's second key
+
+
+@dataclass(frozen=True)
+class OldPool:
+    """A job's retiring pool on a switch (controller.store.RetiringPool): a second job_config
+    entry, under the other pool bit, that differs from the current one only in its slots and
+    generation."""
+
+    base: int
+    size: int
+    gen: int
+    bit: int
 
 
 @dataclass
@@ -39,17 +52,29 @@ class Desired:
     replicas: list[tuple[int, int]] = field(default_factory=list)  # (port, rid)
     # UDP port an agent of the job receives on -> the job's counter row at this switch
     guards: dict[int, int] = field(default_factory=dict)
+    # The job's retiring pool here, during a live resize: its second job_config entry. The
+    # other entries (members, peers, group, guards) serve both pools.
+    retiring: JobConfig | None = None
+
+    def configs(self) -> list[JobConfig]:
+        """The job's job_config entries: its pool's, then its retiring pool's if any."""
+        return [self.job] + ([self.retiring] if self.retiring is not None else [])
 
 
 def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,
-            guard_ports: Iterable[int] = (), quorum: int = 0) -> Desired:
+            guard_ports: Iterable[int] = (), quorum: int = 0,
+            retiring: OldPool | None = None) -> Desired:
     """guard_ports: the agent ports this switch guards for the job; every switch of a job
     guards all of them, since a forged result could enter the fabric at any of its switches.
-    quorum: what a CLOSE request may complete a round with here (0: the fan-in)."""
-    d = Desired(JobConfig(job_id, pool.base, pool.size, role.fan_in, pool.mcast_grp, pool.gen,
-                          int(role.is_root), role.uplink.port if role.uplink else 0,
-                          pool.stat_idx, quorum),
-                guards={port: pool.stat_idx for port in guard_ports})
+    quorum: what a CLOSE request may complete a round with here (0: the fan-in). retiring: the
+    pool a live resize is moving the job away from."""
+    cfg = JobConfig(job_id, pool.base, pool.size, role.fan_in, pool.mcast_grp, pool.gen,
+                    int(role.is_root), role.uplink.port if role.uplink else 0,
+                    pool.stat_idx, quorum, pool.bit)
+    d = Desired(cfg, guards={port: pool.stat_idx for port in guard_ports})
+    if retiring is not None:
+        d.retiring = replace(cfg, pool_base=retiring.base, pool_size=retiring.size,
+                             gen=retiring.gen, pool=retiring.bit)
     for m in role.members:
         d.members[m.port] = (m.contributor, m.count)
         for i, cid in enumerate(m.ids):
@@ -65,13 +90,13 @@ def _updates(conn: SwitchWriter, d: Desired, kind: int) -> list[Update]:
     adm, peers, guard = JobAdmissionTables(conn), PeerRewriteTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     if kind == Update.DELETE:
-        ups = [adm.job_delete(jid, d.job.pool)]
+        ups = [adm.job_delete(jid, cfg.pool) for cfg in d.configs()]
         ups += [adm.member_delete(jid, port) for port in d.members]
         ups += [peers.peer_delete(jid, port, rid) for port, rid in d.peers]
         ups.append(conn.multicast_update(Update.DELETE, d.job.mcast_grp))
         ups += [guard.guard_delete(port) for port in d.guards]
         return ups
-    ups = [adm.job_update(kind, d.job)]
+    ups = [adm.job_update(kind, cfg) for cfg in d.configs()]
     ups += [adm.member_update(kind, jid, port, cid, n) for port, (cid, n) in d.members.items()]
     ups += [peers.peer_update(kind, jid, port, rid, peer)
             for (port, rid), peer in d.peers.items()]
@@ -149,10 +174,11 @@ def differences(snap: SwitchSnapshot, d: Desired) -> list[str]:
     """Human-readable list of what differs from `d` on the switch; empty when in sync."""
     jid = d.job.job_id
     out = []
-    have = snap.jobs.get((jid, d.job.pool))
-    if have != d.job:
-        out.append(f"{_job_entry(jid, d.job.pool)}: " +
-                   ("missing" if have is None else f"is {have}"))
+    for cfg in d.configs():
+        have = snap.jobs.get((jid, cfg.pool))
+        if have != cfg:
+            out.append(f"{_job_entry(jid, cfg.pool)}: " +
+                       ("missing" if have is None else f"is {have}"))
     for port, member in d.members.items():
         if snap.members.get((jid, port)) != member:
             out.append(f"membership[{jid}, port {port}]: missing or wrong")
@@ -174,7 +200,7 @@ def strays(snap: SwitchSnapshot, wanted: dict[int, Desired],
     """Entries on the switch that no known job accounts for."""
     out = []
     for jid, pool in sorted(snap.jobs):
-        if jid not in wanted or wanted[jid].job.pool != pool:
+        if jid not in wanted or pool not in {cfg.pool for cfg in wanted[jid].configs()}:
             out.append(_job_entry(jid, pool))
     for jid, port in sorted(snap.members):
         if jid not in wanted or port not in wanted[jid].members:
@@ -197,10 +223,11 @@ def repair(conn: SwitchConnection, snap: SwitchSnapshot, d: Desired) -> None:
     adm, peers, guard = JobAdmissionTables(conn), PeerRewriteTables(conn), ResultGuardTables(conn)
     jid = d.job.job_id
     ups = []
-    if (jid, d.job.pool) not in snap.jobs:
-        ups.append(adm.job_update(Update.INSERT, d.job))
-    elif snap.jobs[jid, d.job.pool] != d.job:
-        ups.append(adm.job_update(Update.MODIFY, d.job))
+    for cfg in d.configs():
+        if (jid, cfg.pool) not in snap.jobs:
+            ups.append(adm.job_update(Update.INSERT, cfg))
+        elif snap.jobs[jid, cfg.pool] != cfg:
+            ups.append(adm.job_update(Update.MODIFY, cfg))
     for port, (cid, n) in d.members.items():
         have = snap.members.get((jid, port))
         if have != (cid, n):

@@ -12,12 +12,20 @@ Invariants the store keeps per switch, because the pipeline depends on them:
   controller restarted (slot state from an earlier job must never look like the new job's);
 * live jobs have distinct counter rows (`stat_idx`), multicast groups, generations, and
   non-overlapping slot ranges;
-* a job has at most one pool per switch.
+* a job has at most one pool per switch, and at most one retiring pool per switch: the pool a
+  live resize moved it from (`begin_resize`), still installed and holding its slots until the
+  controller sees that every host uses the new one (`finish_resize`); a retiring pool never
+  overlaps any other pool or retiring pool of its switch, and keeps its own generation.
+
+Schema version 2 added the pool epoch and the retiring pools; a version 1 file is migrated when
+opened (its jobs get epoch 0 and no retiring pool), and a controller that only knows version 1
+refuses the migrated file instead of handing out the slots of retiring pools it cannot see.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -29,7 +37,8 @@ from typing import Any
 
 from passing import protocol as P
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MIGRATABLE_VERSIONS = (1,)  # older versions this controller upgrades when it opens them
 # Multicast group 1 is the L2 flooding group, so jobs start at 2; the P4 field is 16 bits.
 FIRST_JOB_MCAST_GROUP = 2
 MAX_MCAST_GROUP = 2**16 - 1
@@ -41,7 +50,24 @@ MAX_PORT = 2**9 - 1  # v1model ports are 9 bits
 # How long a writer waits for another JobStore's transaction before giving up.
 BUSY_TIMEOUT_S = 10.0
 
-_SCHEMA = """
+# What version 2 added to version 1; run as they are when a version 1 file is migrated.
+_V2_STATEMENTS = (
+    "ALTER TABLE jobs ADD COLUMN pool_epoch INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN installing INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE retiring_pools (
+    job_id INTEGER NOT NULL REFERENCES jobs (job_id) ON DELETE CASCADE,
+    switch TEXT    NOT NULL,
+    base   INTEGER NOT NULL,
+    size   INTEGER NOT NULL,
+    gen    INTEGER NOT NULL,
+    bit    INTEGER NOT NULL,
+    PRIMARY KEY (job_id, switch),
+    UNIQUE (switch, gen)
+)""",
+)
+
+# Version 1, which a new file starts from before it is migrated like an old one: one path.
+_SCHEMA_V1 = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE jobs (
     job_id     INTEGER PRIMARY KEY,
@@ -72,6 +98,7 @@ CREATE TABLE generations (
 """
 
 _POOL_COLUMNS = "switch, base, size, gen, stat_idx, mcast_grp, fan_in, is_root, uplink_port"
+_RETIRING_COLUMNS = "switch, base, size, gen, bit"
 
 
 @dataclass(frozen=True)
@@ -90,13 +117,40 @@ class PoolRecord:
 
 
 @dataclass(frozen=True)
+class RetiringPool:
+    """The pool a live resize moved a job from, on one switch: its `job_config` entry (keyed by
+    `bit`, the pool's FLAG_POOL) stays installed, and its slots held, until the controller sees
+    every host of the job use the new pool. Everything else (counter row, multicast group,
+    fan-in, role) is the job's current PoolRecord's on the same switch."""
+
+    switch: str
+    base: int
+    size: int
+    gen: int
+    bit: int
+
+
+@dataclass(frozen=True)
 class JobRecord:
-    """A job: its description, as JSON-compatible data, and its pools (at most one per switch)."""
+    """A job: its description, as JSON-compatible data, and its pools (at most one per switch).
+
+    pool_epoch: how many times the job was resized; its current pools are under FLAG_POOL
+    `pool_epoch & 1`. retiring: the pools of the previous epoch not freed yet (none, or one per
+    switch of the job). installing: the last resize is recorded but its entries are not known
+    to be on every switch yet, so agents are still handed the previous pool."""
 
     job_id: int
     spec: dict
     pools: tuple[PoolRecord, ...]
     created_at: float
+    pool_epoch: int = 0
+    retiring: tuple[RetiringPool, ...] = ()
+    installing: bool = False
+
+    @property
+    def pool_bit(self) -> int:
+        """The FLAG_POOL of the current pools."""
+        return self.pool_epoch & 1
 
 
 class StoreError(Exception):
@@ -153,22 +207,29 @@ class JobStore:
                 if not tables:
                     # Statement by statement: executescript() would commit the open transaction
                     # first, and a second JobStore could then see a half-created schema.
-                    for statement in _SCHEMA.split(";"):
+                    for statement in _SCHEMA_V1.split(";"):
                         if statement.strip():
                             db.execute(statement)
-                    db.execute("INSERT INTO schema_version (version) VALUES (?)",
-                               (SCHEMA_VERSION,))
-                    return
-                if "schema_version" not in tables:
+                    db.execute("INSERT INTO schema_version (version) VALUES (1)")
+                elif "schema_version" not in tables:
                     raise StoreError(f"{self.path} is an SQLite database but not a PASSING job "
                                      "store (it has no schema_version table)")
                 versions = [row[0] for row in db.execute("SELECT version FROM schema_version")]
+                if versions == [1]:
+                    # In the same transaction as the check: two stores opening an old file at
+                    # once migrate it once (the second sees version 2), and a failure leaves
+                    # version 1 as it was.
+                    for statement in _V2_STATEMENTS:
+                        db.execute(statement)
+                    db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+                    versions = [SCHEMA_VERSION]
         except sqlite3.DatabaseError as e:
             raise StoreError(f"cannot open job store {self.path}: {e}") from e
         if versions != [SCHEMA_VERSION]:
             found = versions[0] if len(versions) == 1 else f"unreadable ({versions!r})"
             raise StoreError(f"job store {self.path} has schema version {found}; this controller "
-                             f"understands only version {SCHEMA_VERSION} (a newer controller "
+                             f"understands only version {SCHEMA_VERSION} and migrates version "
+                             f"{', '.join(map(str, MIGRATABLE_VERSIONS))} (a newer controller "
                              "wrote it, or it is damaged); use a matching controller or a fresh "
                              "file")
 
@@ -244,22 +305,85 @@ class JobStore:
         with self._write() as db:
             if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone():
                 raise StoreError(f"job {job.job_id} already exists")
-            for pool in job.pools:
+            for pool in (*job.pools, *job.retiring):
                 self._check_free_on_switch(db, job.job_id, pool)
-            db.execute("INSERT INTO jobs (job_id, spec, created_at) VALUES (?, ?, ?)",
-                       (job.job_id, spec_text, job.created_at))
-            for position, pool in enumerate(job.pools):
-                db.execute(f"INSERT INTO pools (job_id, position, {_POOL_COLUMNS}) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           (job.job_id, position, pool.switch, pool.base, pool.size, pool.gen,
-                            pool.stat_idx, pool.mcast_grp, pool.fan_in, int(pool.is_root),
-                            pool.uplink_port))
-                # A generation the caller chose itself still counts as handed out, so that
-                # next_generation never returns it again.
-                db.execute("INSERT INTO generations (switch, last_gen) VALUES (?, ?) "
-                           "ON CONFLICT (switch) DO UPDATE "
-                           "SET last_gen = max(last_gen, excluded.last_gen)",
-                           (pool.switch, pool.gen))
+            db.execute("INSERT INTO jobs (job_id, spec, created_at, pool_epoch, installing) "
+                       "VALUES (?, ?, ?, ?, ?)", (job.job_id, spec_text, job.created_at,
+                                                  job.pool_epoch, int(job.installing)))
+            _insert_pools(db, job)
+
+    def begin_resize(self, job_id: int, epoch: int, spec: dict,
+                     pools: Iterable[PoolRecord]) -> JobRecord:
+        """Move job `job_id`, found at pool epoch `epoch`, to `pools` (one per switch it has):
+        its current pools become retiring (under FLAG_POOL epoch & 1), the epoch goes up by one,
+        `spec` replaces its spec, and the job is marked installing until `resize_installed`;
+        the job as now recorded. Refused when the job has
+        retiring pools, was resized meanwhile (its epoch is no longer `epoch`), or when a new
+        pool is on another switch, overlaps any pool of its switch (the job's own current one
+        included) or reuses a generation."""
+        pools = tuple(pools)
+        with self._write() as db:
+            job = _load_job(db, job_id)
+            if job is None:
+                raise StoreError(f"no job {job_id}")
+            if job.pool_epoch != epoch:
+                raise StoreError(f"job {job_id} was resized meanwhile (pool epoch {epoch} is "
+                                 f"now {job.pool_epoch}); look again and repeat")
+            if job.retiring:
+                raise StoreError(f"job {job_id} still has retiring pools on "
+                                 f"{', '.join(r.switch for r in job.retiring)}")
+            if sorted(p.switch for p in pools) != sorted(p.switch for p in job.pools):
+                raise StoreError(f"job {job_id}: a resize keeps the job's switches "
+                                 f"({', '.join(p.switch for p in job.pools)})")
+            retiring = tuple(RetiringPool(p.switch, p.base, p.size, p.gen, job.pool_bit)
+                             for p in job.pools)
+            new = JobRecord(job_id, spec, pools, job.created_at, epoch + 1, retiring,
+                            installing=True)
+            _check_job(new)
+            self._replace(db, new, job)
+            return new
+
+    def undo_resize(self, before: JobRecord) -> JobRecord:
+        """Put back `before`, the job as it was before `begin_resize`, if that resize is still
+        what is recorded (epoch before.pool_epoch + 1); the job as now recorded."""
+        with self._write() as db:
+            job = _load_job(db, before.job_id)
+            if job is None:
+                raise StoreError(f"no job {before.job_id}")
+            if job.pool_epoch == before.pool_epoch + 1:
+                self._replace(db, before, job)
+                return before
+            return job
+
+    def resize_installed(self, job_id: int, epoch: int) -> JobRecord | None:
+        """The entries of job `job_id`'s resize to `epoch` are on every switch: agents are
+        handed the new pool from now on. The job as now recorded (None if gone)."""
+        with self._write() as db:
+            db.execute("UPDATE jobs SET installing = 0 WHERE job_id = ? AND pool_epoch = ?",
+                       (job_id, epoch))
+            return _load_job(db, job_id)
+
+    def finish_resize(self, job_id: int, epoch: int) -> tuple[RetiringPool, ...]:
+        """Forget job `job_id`'s retiring pools, freeing their slots, if its epoch is still
+        `epoch` and that resize is installed; the pools forgotten (none if the job is gone, at
+        another epoch, still installing, or had none)."""
+        with self._write() as db:
+            job = _load_job(db, job_id)
+            if job is None or job.pool_epoch != epoch or job.installing:
+                return ()
+            db.execute("DELETE FROM retiring_pools WHERE job_id = ?", (job_id,))
+            return job.retiring
+
+    def _replace(self, db: sqlite3.Connection, new: JobRecord, old: JobRecord) -> None:
+        """Rewrite job `old` as `new` (same id), checking `new`'s pools against every other
+        job's."""
+        db.execute("DELETE FROM retiring_pools WHERE job_id = ?", (old.job_id,))
+        db.execute("DELETE FROM pools WHERE job_id = ?", (old.job_id,))
+        for pool in (*new.pools, *new.retiring):
+            self._check_free_on_switch(db, new.job_id, pool)
+        db.execute("UPDATE jobs SET spec = ?, pool_epoch = ?, installing = ? WHERE job_id = ?",
+                   (_encode_spec(new), new.pool_epoch, int(new.installing), new.job_id))
+        _insert_pools(db, new)
 
     def set_spec(self, job_id: int, spec: dict) -> JobRecord:
         """Replace a job's spec (its pools stay as they are); the job as now recorded."""
@@ -267,7 +391,7 @@ class JobStore:
             job = _load_job(db, job_id)
             if job is None:
                 raise StoreError(f"no job {job_id}")
-            new = JobRecord(job_id, spec, job.pools, job.created_at)
+            new = dataclasses.replace(job, spec=spec)
             db.execute("UPDATE jobs SET spec = ? WHERE job_id = ?", (_encode_spec(new), job_id))
             return new
 
@@ -277,6 +401,7 @@ class JobStore:
             job = _load_job(db, job_id)
             if job is None:
                 raise StoreError(f"no job {job_id}")
+            db.execute("DELETE FROM retiring_pools WHERE job_id = ?", (job_id,))
             db.execute("DELETE FROM pools WHERE job_id = ?", (job_id,))
             db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
             return job
@@ -300,23 +425,39 @@ class JobStore:
                               "ORDER BY job_id", (switch,)).fetchall()
         return {row[0]: _pool_from_row(row[1:]) for row in rows}
 
+    def retiring_on(self, switch: str) -> dict[int, RetiringPool]:
+        """job_id -> that job's retiring pool on `switch`, by job_id."""
+        with self._read() as db:
+            rows = db.execute(f"SELECT job_id, {_RETIRING_COLUMNS} FROM retiring_pools "
+                              "WHERE switch = ? ORDER BY job_id", (switch,)).fetchall()
+        return {row[0]: RetiringPool(*row[1:]) for row in rows}
+
     def _check_free_on_switch(self, db: sqlite3.Connection, job_id: int,
-                              pool: PoolRecord) -> None:
+                              pool: PoolRecord | RetiringPool) -> None:
         # The UNIQUE constraints would refuse these too, but without saying which job is in the
-        # way; slot overlap has no constraint at all.
+        # way; slot overlap has no constraint at all. Other jobs' retiring pools hold their
+        # slots and generations as much as their current ones.
         where = f"job {job_id} on switch {pool.switch}"
-        for column, value in (("gen", pool.gen), ("stat_idx", pool.stat_idx),
-                              ("mcast_grp", pool.mcast_grp)):
-            row = db.execute(f"SELECT job_id FROM pools WHERE switch = ? AND {column} = ?",
-                             (pool.switch, value)).fetchone()
+        columns = [("gen", pool.gen)]
+        if isinstance(pool, PoolRecord):
+            columns += [("stat_idx", pool.stat_idx), ("mcast_grp", pool.mcast_grp)]
+        for column, value in columns:
+            row = db.execute(f"SELECT job_id FROM pools WHERE switch = ? AND {column} = ? "
+                             "AND job_id != ?", (pool.switch, value, job_id)).fetchone()
+            if row is None and column == "gen":
+                row = db.execute("SELECT job_id FROM retiring_pools WHERE switch = ? AND "
+                                 "gen = ? AND job_id != ?",
+                                 (pool.switch, value, job_id)).fetchone()
             if row is not None:
                 raise StoreError(f"{where}: {column} {value} is already used by job {row[0]}")
-        row = db.execute("SELECT job_id, base, size FROM pools WHERE switch = ? "
-                         "AND base < ? AND ? < base + size",
-                         (pool.switch, pool.base + pool.size, pool.base)).fetchone()
-        if row is not None:
-            raise StoreError(f"{where}: slots {_slots(pool.base, pool.size)} overlap job "
-                             f"{row[0]}'s slots {_slots(row[1], row[2])}")
+        for table, what in (("pools", "slots"), ("retiring_pools", "retiring slots")):
+            row = db.execute(f"SELECT job_id, base, size FROM {table} WHERE switch = ? "
+                             "AND base < ? AND ? < base + size AND job_id != ?",
+                             (pool.switch, pool.base + pool.size, pool.base,
+                              job_id)).fetchone()
+            if row is not None:
+                raise StoreError(f"{where}: slots {_slots(pool.base, pool.size)} overlap job "
+                                 f"{row[0]}'s {what} {_slots(row[1], row[2])}")
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -392,6 +533,43 @@ def _check_job(job: JobRecord) -> None:
         for ok, problem in checks:
             if not ok:
                 raise StoreError(f"{where}: {problem}")
+    _check_retiring(job)
+
+
+def _check_retiring(job: JobRecord) -> None:
+    """A job's retiring pools: only after a resize, under the other pool bit than its current
+    pools, at most one per switch of the job, disjoint from its current pool there and with
+    another generation."""
+    if job.pool_epoch < 0:
+        raise StoreError(f"job {job.job_id}: pool epoch {job.pool_epoch} is negative")
+    if job.retiring and job.pool_epoch == 0:
+        raise StoreError(f"job {job.job_id}: retiring pools but never resized (pool epoch 0)")
+    if job.installing and not job.retiring:
+        raise StoreError(f"job {job.job_id}: a resize being installed keeps its old pools")
+    current = {pool.switch: pool for pool in job.pools}
+    seen = set()
+    for r in job.retiring:
+        where = f"job {job.job_id} on switch {r.switch}"
+        pool = current.get(r.switch)
+        checks: list[tuple[bool, str]] = [
+            (pool is not None, "a retiring pool on a switch where the job has no pool"),
+            (r.switch not in seen, "more than one retiring pool"),
+            (r.bit == 1 - job.pool_bit, f"retiring pool bit {r.bit} must be the other than the "
+             f"current pools' ({job.pool_bit})"),
+            (r.size >= 1 and r.base >= 0 and r.base + r.size <= P.SLOT_CAPACITY,
+             f"retiring slots {_slots(r.base, r.size)} must be a non-empty range within "
+             f"0..{P.SLOT_CAPACITY - 1}"),
+            (1 <= r.gen <= MAX_GENERATION, f"gen {r.gen} must be in 1..{MAX_GENERATION}"),
+        ]
+        if pool is not None:
+            checks += [(r.gen != pool.gen, f"retiring pool and pool share gen {r.gen}"),
+                       (r.base + r.size <= pool.base or pool.base + pool.size <= r.base,
+                        f"retiring slots {_slots(r.base, r.size)} overlap the job's slots "
+                        f"{_slots(pool.base, pool.size)}")]
+        seen.add(r.switch)
+        for ok, problem in checks:
+            if not ok:
+                raise StoreError(f"{where}: {problem}")
 
 
 def _encode_spec(job: JobRecord) -> str:
@@ -408,15 +586,40 @@ def _encode_spec(job: JobRecord) -> str:
 
 
 def _load_job(db: sqlite3.Connection, job_id: int) -> JobRecord | None:
-    row = db.execute("SELECT spec, created_at FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+    row = db.execute("SELECT spec, created_at, pool_epoch, installing FROM jobs "
+                     "WHERE job_id = ?", (job_id,)).fetchone()
     if row is None:
         return None
-    spec_text, created_at = row
+    spec_text, created_at, epoch, installing = row
     pools = db.execute(f"SELECT {_POOL_COLUMNS} FROM pools WHERE job_id = ? ORDER BY position",
                        (job_id,)).fetchall()
+    retiring = db.execute(f"SELECT {_RETIRING_COLUMNS} FROM retiring_pools WHERE job_id = ? "
+                          "ORDER BY rowid", (job_id,)).fetchall()
     spec: Any = json.loads(spec_text)
     return JobRecord(job_id=job_id, spec=spec, pools=tuple(_pool_from_row(p) for p in pools),
-                     created_at=created_at)
+                     created_at=created_at, pool_epoch=epoch,
+                     retiring=tuple(RetiringPool(*r) for r in retiring),
+                     installing=bool(installing))
+
+
+def _insert_pools(db: sqlite3.Connection, job: JobRecord) -> None:
+    """The rows of the job's pools and retiring pools (none of them there yet)."""
+    for position, pool in enumerate(job.pools):
+        db.execute(f"INSERT INTO pools (job_id, position, {_POOL_COLUMNS}) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (job.job_id, position, pool.switch, pool.base, pool.size, pool.gen,
+                    pool.stat_idx, pool.mcast_grp, pool.fan_in, int(pool.is_root),
+                    pool.uplink_port))
+    for r in job.retiring:
+        db.execute(f"INSERT INTO retiring_pools (job_id, {_RETIRING_COLUMNS}) "
+                   "VALUES (?, ?, ?, ?, ?, ?)", (job.job_id, r.switch, r.base, r.size, r.gen,
+                                                 r.bit))
+    for pool in (*job.pools, *job.retiring):
+        # A generation the caller chose itself still counts as handed out, so that
+        # next_generation never returns it again.
+        db.execute("INSERT INTO generations (switch, last_gen) VALUES (?, ?) "
+                   "ON CONFLICT (switch) DO UPDATE "
+                   "SET last_gen = max(last_gen, excluded.last_gen)", (pool.switch, pool.gen))
 
 
 def _pool_from_row(row: tuple[Any, ...]) -> PoolRecord:

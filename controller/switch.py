@@ -369,6 +369,29 @@ class SwitchConnection(SwitchWriter):
                                               e.counter_entry.data.byte_count)
                 for e in self._read(ent)}
 
+    def read_counter_cells(self, counter: str,
+                           indices: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """{index: (packets, bytes)} of the given cells, in one request: cheaper than reading
+        a large counter whole, and than one request per cell."""
+        cid = self._index().counter(counter).preamble.id
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+        if self._client.role_name is not None:  # as P4RuntimeClient.read_one does
+            req.role = self._client.role_name
+        for i in indices:
+            ent = req.entities.add()
+            ent.counter_entry.counter_id = cid
+            ent.counter_entry.index.index = i
+        if not req.entities:
+            return {}
+        try:
+            reps = list(self._client.stub.Read(req))
+        except grpc.RpcError as e:
+            raise SwitchError(f"switch {self.name}: read failed: {e.code().name}: "
+                              f"{e.details()}") from None
+        return {e.counter_entry.index.index: (e.counter_entry.data.packet_count,
+                                              e.counter_entry.data.byte_count)
+                for rep in reps for e in rep.entities}
+
     def read_multicast_groups(self) -> dict[int, list[tuple[int, int]]]:
         ent = p4runtime_pb2.Entity()
         ent.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 0

@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from controller.allocator import AllocationError, SlotAllocator, SlotRange
+from controller.allocator import AllocationError, SlotAllocator, SlotRange, common_window
 from passing import protocol as P
 
 
@@ -312,8 +312,62 @@ def test_occupancy_map_rejects_zero_width():
         SlotAllocator("s", 16).occupancy_map(width=0)
 
 
+def test_resize_holds_both_pools_until_the_old_one_is_released():
+    a = SlotAllocator("tor1", 64, max_jobs=2)  # share 32
+    a.allocate(1, 8)
+    a.allocate(2, 32)  # max_jobs jobs: no new job, but a resize is no new job
+    assert a.largest_grant() == 0 and a.largest_grant(resizing=1) == 24
+    assert a.resize(1, 16) == SlotRange(8, 16)  # first fit beside the current pool
+    assert a.allocations()[1] == SlotRange(8, 16) and a.retiring() == {1: SlotRange(0, 8)}
+    assert a.used() == 56 and a.free_ranges() == [SlotRange(24, 8)]
+    with pytest.raises(AllocationError, match=r"switch tor1: job 1 still has a retiring pool "
+                                              r"0-7 \(8\); it must be released"):
+        a.resize(1, 4)
+    assert a.largest_grant(resizing=1) == 0
+    assert "job 1 still has a retiring pool here" in a.grant_limit(resizing=1)
+    assert "(retiring, freed once their jobs' hosts all use their new pools: job 1 0-7 (8))" \
+        in a.grant_limit()
+    legend = a.occupancy_map().splitlines()[-1]
+    assert legend == "legend: A = job 1 8-23 (16) + retiring 0-7 (8), B = job 2 32-63 (32)"
+    assert a.release_retiring(1) == SlotRange(0, 8)
+    assert a.free_ranges() == [SlotRange(0, 8), SlotRange(24, 8)]
+    with pytest.raises(AllocationError, match="switch tor1: job 3 holds no pool to resize"):
+        a.resize(3, 4)
+
+
+def test_resize_follows_the_share_and_minimum_rules_and_changes_nothing_when_refused():
+    a = SlotAllocator("tor1", 64, max_jobs=4)  # share 16
+    a.allocate(1, 16)
+    a.allocate(2, 16)
+    a.allocate(3, 16)
+    a.allocate(4, 10)
+    before = a.allocations()
+    with pytest.raises(AllocationError, match="asked for 17 slots, more than the equal share "
+                                              "of 16"):
+        a.resize(1, 17)
+    with pytest.raises(AllocationError, match=r"needs 8 contiguous slots; free: 58-63 \(6\)"):
+        a.resize(1, 8)
+    assert a.allocations() == before and a.retiring() == {}
+    assert a.resize(1, 8, minimum=4) == SlotRange(58, 6)
+    assert a.retiring() == {1: SlotRange(0, 16)}
+
+
+def test_common_window_for_a_resize_says_so():
+    allocs = {"tor1": SlotAllocator("tor1", 64, max_jobs=4)}
+    allocs["tor1"].allocate(1, 16)
+    for job in (2, 3, 4):
+        allocs["tor1"].allocate(job, 16)
+    with pytest.raises(AllocationError) as e:
+        common_window(1, 8, None, allocs, resize=True)
+    assert str(e.value) == (
+        "job 1 cannot be resized: its new pool, held beside its current one until the hosts "
+        "have moved, needs a window of 8 slots on each of its switches, and no window fits on "
+        "all of them now (tor1: free none; no free slot); delete a job on tor1 first")
+
+
 class AllocatorMachine(RuleBasedStateMachine):
-    """Random allocate/free sequences against a slot array, from empty or restored switches."""
+    """Random allocate/resize/release/free sequences against a slot array, from empty or
+    restored switches."""
 
     @initialize(capacity=st.one_of(st.integers(1, 200), st.just(P.SLOT_CAPACITY)),
                 max_jobs=st.integers(1, 12),
@@ -332,12 +386,16 @@ class AllocatorMachine(RuleBasedStateMachine):
             cursor += gap + size
         self.restored = set(pools)
         self.model: dict[int, SlotRange] = dict(pools)
+        self.retiring: dict[int, SlotRange] = {}
         self.a = SlotAllocator("sw", capacity, self.max_jobs, allocations=pools)
+
+    def _held(self) -> list[tuple[int, SlotRange]]:
+        return [*self.model.items(), *self.retiring.items()]
 
     def _blocks(self) -> list[SlotRange]:
         """Free slots grouped into runs that stop at every multiple of the share."""
         owner = [None] * self.capacity
-        for job, pool in self.model.items():
+        for job, pool in self._held():
             for s in range(pool.base, pool.end):
                 owner[s] = job
         blocks = []
@@ -351,11 +409,14 @@ class AllocatorMachine(RuleBasedStateMachine):
                 start = s
         return blocks
 
-    def _expected(self, job, want, minimum):
-        """The pool the rules give, or None for a refusal."""
+    def _expected(self, job, want, minimum, resize=False):
+        """The pool the rules give (a new job's, or with resize a new one for a job that holds
+        one), or None for a refusal."""
         if want < 1 or (minimum is not None and not 1 <= minimum <= want):
             return None
-        if job in self.model or len(self.model) >= self.max_jobs:
+        if resize and (job not in self.model or job in self.retiring):
+            return None
+        if not resize and (job in self.model or len(self.model) >= self.max_jobs):
             return None
         if want > self.share:
             if minimum is None or minimum > self.share:
@@ -365,8 +426,11 @@ class AllocatorMachine(RuleBasedStateMachine):
         for block in blocks:
             if block.size >= want:
                 return SlotRange(block.base, want)
-        # The segment rule promises this branch is unreachable once restored pools are gone.
-        assert self.restored & set(self.model), "equal-share guarantee broken"
+        # The segment rule promises a new job never ends here once restored pools are gone,
+        # while no pool is retiring (those hold segments no job is counted for). A resize has
+        # no such promise: the job's own current pool holds slots too.
+        assert resize or self.restored & set(self.model) or self.retiring, \
+            "equal-share guarantee broken"
         if minimum is None or not blocks:
             return None
         largest = max(blocks, key=lambda b: (b.size, -b.base))
@@ -392,12 +456,37 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert self.a.allocate(job, want, minimum) == expected
             self.model[job] = expected
 
+    @rule(job=st.integers(0, 14), want=st.integers(-1, 40), minimum=st.none() |
+          st.integers(-1, 40))
+    def resize(self, job, want, minimum):
+        expected = self._expected(job, want, minimum, resize=True)
+        before = self.a.allocations(), self.a.retiring()
+        if expected is None:
+            with pytest.raises(AllocationError, match="switch sw: job"):
+                self.a.resize(job, want, minimum)
+            assert (self.a.allocations(), self.a.retiring()) == before
+            return
+        assert self.a.resize(job, want, minimum) == expected
+        self.retiring[job] = self.model[job]
+        self.model[job] = expected
+        self.restored.discard(job)
+
+    @rule(pick=st.integers(0, 100))
+    def release_retiring(self, pick):
+        if not self.retiring:
+            return
+        job = sorted(self.retiring)[pick % len(self.retiring)]
+        assert self.a.release_retiring(job) == self.retiring.pop(job)
+        with pytest.raises(AllocationError, match=f"job {job} has no retiring pool"):
+            self.a.release_retiring(job)
+
     @rule(pick=st.integers(0, 100))
     def free_live(self, pick):
         if not self.model:
             return
         job = sorted(self.model)[pick % len(self.model)]
         assert self.a.free(job) == self.model.pop(job)
+        self.retiring.pop(job, None)  # freeing a job frees its retiring pool too
         self.restored.discard(job)
 
     @rule(job=st.integers(0, 14))
@@ -413,8 +502,8 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     @invariant()
     def pools_are_disjoint_and_in_bounds(self):
-        pools = sorted(self.a.allocations().values())
-        assert self.a.allocations() == self.model
+        pools = sorted([*self.a.allocations().values(), *self.a.retiring().values()])
+        assert self.a.allocations() == self.model and self.a.retiring() == self.retiring
         for pool in pools:
             assert 0 <= pool.base and pool.end <= self.capacity and pool.size >= 1
         for left, right in zip(pools, pools[1:], strict=False):
@@ -424,7 +513,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def free_space_accounts_for_everything(self):
         free = self.a.free_ranges()
         assert self.a.used() + sum(r.size for r in free) == self.capacity
-        assert free == _maximal_free_runs(self.capacity, list(self.model.values()))
+        assert free == _maximal_free_runs(self.capacity, [r for _, r in self._held()])
         for left, right in zip(free, free[1:], strict=False):
             assert left.end < right.base  # sorted, and never two touching ranges
         assert self.a.largest_free() == max((r.size for r in free), default=0)
@@ -444,10 +533,15 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert self._expected(job, grant + 1, None) is None
         with_minimum = self._expected(job, self.capacity, 1)
         assert (with_minimum.size if with_minimum else 0) == grant
+        for job in self.model:  # and what a resize can get
+            grant = self.a.largest_grant(resizing=job)
+            assert grant == 0 or self._expected(job, grant, None, resize=True) is not None
+            assert self._expected(job, grant + 1, None, resize=True) is None
 
     @invariant()
     def state_restores_identically(self):
-        again = SlotAllocator("sw", self.capacity, self.max_jobs, self.a.allocations())
+        again = SlotAllocator("sw", self.capacity, self.max_jobs, self.a.allocations(),
+                              self.a.retiring())
         assert again.free_ranges() == self.a.free_ranges()
 
 

@@ -18,7 +18,7 @@ from passing.contract import JobParams
 from tests import REPO
 
 SUBCOMMANDS = [["switches"], ["prepare"], ["job"], ["job", "create"], ["job", "set"],
-               ["job", "delete"],
+               ["job", "resize"], ["job", "delete"],
                ["job", "list"], ["job", "show"], ["slots"], ["stats"], ["reconcile"]]
 
 
@@ -226,3 +226,27 @@ def test_the_mininet_cli_job_command_sets_the_straggler_policy(make_control, cap
     cli.do_job("set 3 --quorum two")
     assert "usage" in capsys.readouterr().err
     assert controller.quorums(3) == {"s1": {"fan_in": 3, "quorum": 2}}
+
+
+def test_the_mininet_cli_job_command_resizes_a_job(make_control, capsys):
+    """`job resize ...` at the passing> prompt is passing-ctl job resize on the network's
+    controller; a bad command line prints its usage, a refusal its one line, and the prompt
+    stays alive."""
+    from controller.job_plan import JobSpec
+    from topologies.run import PassingCLI
+
+    controller, _ = make_control("star")
+    controller.create_job(JobSpec(3, ("h1", "h2"), window=4))
+    cli = PassingCLI.__new__(PassingCLI)  # the commands, without Mininet's interactive loop
+    cli.pnet = type("Net", (), {"ctl": controller})()
+    cli.do_job("resize 3 --window 8")
+    assert "job 3 resized to a window of 8 (pool epoch 1) on s1" in capsys.readouterr().out
+    params = controller.agent_params(3)
+    assert (params.window, params.pool) == (8, 1)
+    cli.do_job("resize 3")
+    assert "usage: passing-ctl job resize" in capsys.readouterr().err
+    cli.do_job("resize 3 --window 16")  # no host has used the new pool yet
+    assert "hosts h1, h2 have not contributed" in capsys.readouterr().err
+    cli.do_job("show 3")
+    assert "not yet: h1, h2" in capsys.readouterr().out
+    assert controller.agent_params(3) == params

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from controller.store import JobRecord, JobStore, PoolRecord, StoreError
+from controller.store import JobRecord, JobStore, PoolRecord, RetiringPool, StoreError
 from passing import protocol as P
 
 
@@ -243,10 +243,10 @@ def test_jobs_are_sorted_by_id(store):
 def test_unknown_schema_version_is_refused(path):
     JobStore(path).close()
     with sqlite3.connect(path) as raw:
-        raw.execute("UPDATE schema_version SET version = 2")
+        raw.execute("UPDATE schema_version SET version = 3")
     raw.close()
-    with pytest.raises(StoreError, match=r"has schema version 2; this controller understands "
-                                         r"only version 1"):
+    with pytest.raises(StoreError, match=r"has schema version 3; this controller understands "
+                                         r"only version 2 and migrates version 1"):
         JobStore(path)
 
 
@@ -317,3 +317,113 @@ def test_generations_are_unique_under_concurrent_writers(path):
 def test_records_are_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         pool().gen = 5  # type: ignore[misc]
+
+
+# The schema of version 1 files, as controllers before live resizing wrote them.
+V1_SCHEMA = [
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    "CREATE TABLE jobs (job_id INTEGER PRIMARY KEY, spec TEXT NOT NULL, "
+    "created_at REAL NOT NULL)",
+    "CREATE TABLE pools (job_id INTEGER NOT NULL REFERENCES jobs (job_id) ON DELETE CASCADE, "
+    "position INTEGER NOT NULL, switch TEXT NOT NULL, base INTEGER NOT NULL, "
+    "size INTEGER NOT NULL, gen INTEGER NOT NULL, stat_idx INTEGER NOT NULL, "
+    "mcast_grp INTEGER NOT NULL, fan_in INTEGER NOT NULL, is_root INTEGER NOT NULL, "
+    "uplink_port INTEGER NOT NULL, PRIMARY KEY (job_id, switch), UNIQUE (switch, gen), "
+    "UNIQUE (switch, stat_idx), UNIQUE (switch, mcast_grp))",
+    "CREATE TABLE generations (switch TEXT PRIMARY KEY, last_gen INTEGER NOT NULL)",
+    "INSERT INTO schema_version (version) VALUES (1)",
+    """INSERT INTO jobs VALUES (7, '{"hosts": ["h1"]}', 1700000000.5)""",
+    "INSERT INTO pools VALUES (7, 0, 'tor1', 0, 64, 3, 0, 2, 1, 1, 0)",
+    "INSERT INTO generations VALUES ('tor1', 3)",
+]
+
+
+def test_a_version_1_file_is_migrated_with_no_resize_pending(path):
+    with sqlite3.connect(path) as raw:
+        for statement in V1_SCHEMA:
+            raw.execute(statement)
+    raw.close()
+    with JobStore(path) as s:
+        rec = s.get_job(7)
+        assert (rec.pool_epoch, rec.retiring, rec.installing) == (0, (), False)
+        assert rec.pools == (pool(gen=3, fan_in=1, is_root=True, uplink_port=0),)
+        assert s.next_generation("tor1") == 4
+        s.begin_resize(7, 0, rec.spec, [pool(base=64, gen=4, fan_in=1, is_root=True,
+                                             uplink_port=0)])
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    raw.close()
+    with JobStore(path) as s:  # opening a migrated file again changes nothing
+        assert s.get_job(7).pool_epoch == 1
+
+
+def resized(store, job_id=7, base=64, gen=2, epoch=0):
+    """Resize the job of `job()` (one pool on tor1) to slots base..base+63."""
+    rec = store.get_job(job_id)
+    return store.begin_resize(job_id, epoch, {**rec.spec, "window": 64},
+                              [dataclasses.replace(rec.pools[0], base=base, gen=gen)])
+
+
+def test_a_resize_keeps_the_old_pool_until_it_is_finished(store):
+    store.add_job(job())
+    new = resized(store)
+    assert (new.pool_epoch, new.pool_bit, new.installing) == (1, 1, True)
+    assert new.retiring == (RetiringPool("tor1", 0, 64, 1, 0),)
+    assert new.spec["window"] == 64 and new.pools[0].base == 64
+    assert store.get_job(7) == new
+    assert store.retiring_on("tor1") == {7: new.retiring[0]}
+    assert store.finish_resize(7, 1) == ()  # not while installing
+    installed = store.resize_installed(7, 1)
+    assert installed == dataclasses.replace(new, installing=False)
+    # Held slots and generations: another job can have neither.
+    with pytest.raises(StoreError, match=r"job 8 on switch tor1: slots 16-47 \(32\) overlap "
+                                         r"job 7's retiring slots 0-63 \(64\)"):
+        store.add_job(job(8, pool(base=16, size=32, gen=9, stat_idx=1, mcast_grp=3)))
+    with pytest.raises(StoreError, match="job 8 on switch tor1: gen 1 is already used by job 7"):
+        store.add_job(job(8, pool(base=128, gen=1, stat_idx=1, mcast_grp=3)))
+    with pytest.raises(StoreError, match="job 7 still has retiring pools on tor1"):
+        resized(store, base=256, gen=5, epoch=1)
+    assert store.finish_resize(7, 0) == ()  # another epoch: nothing
+    assert store.finish_resize(7, 1) == new.retiring
+    assert store.get_job(7).retiring == () and store.retiring_on("tor1") == {}
+    store.add_job(job(8, pool(base=0, gen=9, stat_idx=1, mcast_grp=3)))  # the freed slots
+    # The next resize goes back to bit 0; removing the job forgets its retiring pool too.
+    again = resized(store, base=256, gen=10, epoch=1)
+    assert again.pool_bit == 0 and again.retiring[0].bit == 1
+    assert store.remove_job(7) == again
+    assert store.retiring_on("tor1") == {}
+
+
+def test_a_resize_is_refused_when_it_cannot_be_recorded(store):
+    store.add_job(job())
+    store.add_job(job(8, pool(base=128, gen=2, stat_idx=1, mcast_grp=3)))
+    before = store.get_job(7)
+    for kwargs, message in [
+        (dict(base=32, gen=5), r"retiring slots 0-63 \(64\) overlap the job's slots 32-95"),
+        (dict(base=100, gen=5), r"slots 100-163 \(64\) overlap job 8's slots 128-191"),
+        (dict(base=64, gen=1), "retiring pool and pool share gen 1"),
+        (dict(base=64, gen=5, epoch=3), r"job 7 was resized meanwhile \(pool epoch 3 is now "
+                                        r"0\)"),
+    ]:
+        with pytest.raises(StoreError, match=message):
+            resized(store, **kwargs)
+        assert store.get_job(7) == before
+    with pytest.raises(StoreError, match="a resize keeps the job's switches"):
+        store.begin_resize(7, 0, before.spec, [pool("tor2", base=64, gen=5)])
+    with pytest.raises(StoreError, match="no job 9"):
+        store.begin_resize(9, 0, {}, [pool(base=256, gen=5)])
+
+
+def test_undo_puts_back_the_job_as_it_was(store):
+    store.add_job(job())
+    before = store.get_job(7)
+    resized(store)
+    assert store.undo_resize(before) == before == store.get_job(7)
+    assert store.retiring_on("tor1") == {}
+    assert store.next_generation("tor1") == 3  # the new pool's generation stays handed out
+    # A job resized again since is left alone.
+    resized(store, gen=4)
+    store.resize_installed(7, 1)
+    store.finish_resize(7, 1)
+    now = resized(store, base=128, gen=5, epoch=1)
+    assert store.undo_resize(before) == now == store.get_job(7)
