@@ -484,16 +484,24 @@ class Controller:
         packets egress had no peer_rewrite entry for)."""
         return {s: StatsCounters(self.conn(s)).global_drops() for s in switches}
 
-    def stats(self, job_id: int) -> dict[str, dict[str, int | dict[str, int]]]:
+    def stats(self, job_id: int) -> dict[str, dict[str, int | str | dict[str, int]]]:
         """Per switch of the job: its counters (StatsCounters.job), its fan-in and quorum, its
         late contributions by member ("late_by") and, under "switch_drops", that switch's
         drops counted for no job, so that every packet the switch dropped is accounted for in
-        one place or the other."""
-        self.retire_pools(job_id)  # frees an old pool every host has left (a resize)
+        one place or the other. During a resize, "move_error" when whether the hosts have
+        moved could not be told (as in `job show`)."""
+        move_error = None
+        try:
+            self.retire_pools(job_id)  # frees an old pool every host has left (a resize)
+        except ControllerError as e:
+            # Freeing the old pool is a side task here, as in `job show`: its failing (a ToR
+            # not answering the pool_contribs read, a delete refused) must not cost the
+            # counters. A switch whose counters cannot be read below still fails stats.
+            move_error = str(e)
         rec = self.job(job_id)
         job_plan = plan(JobSpec.from_dict(rec.spec), self.topo)
         drops = self.switch_drops(p.switch for p in rec.pools)
-        out: dict[str, dict[str, int | dict[str, int]]] = {}
+        out: dict[str, dict[str, int | str | dict[str, int]]] = {}
         for p in rec.pools:
             counters = StatsCounters(self.conn(p.switch))
             late = counters.late(p.stat_idx)
@@ -503,6 +511,8 @@ class Controller:
             out[p.switch] = {**counters.job(p.stat_idx), "quorum": job_plan.quorum_at(p.switch),
                              "fan_in": p.fan_in, "late_by": late_by,
                              "switch_drops": drops[p.switch]}
+            if move_error is not None:
+                out[p.switch]["move_error"] = move_error
         return out
 
     def reconcile(self, fix: bool = True) -> dict[str, dict[str, list[str]]]:

@@ -32,8 +32,8 @@ from controller.errors import ControllerError, SwitchFailure
 from controller.installer import SwitchSnapshot
 from controller.job_plan import JobError, JobPlan, JobSpec, plan
 from controller.store import JobRecord, PoolRecord, RetiringPool, StoreError
-from controller.switch import SwitchError, Update, WriteError
-from controller.tables.job_admission import JobAdmissionTables, JobConfig
+from controller.switch import SwitchConnection, SwitchError, Update, WriteError
+from controller.tables.job_admission import JobAdmissionTables
 
 if TYPE_CHECKING:
     from controller.core import Controller
@@ -126,7 +126,7 @@ def _install(ctl: Controller, before: JobRecord, new: JobRecord, job_plan: JobPl
     """The new pools' job_config entries on every switch of the job, or none of them and the
     record put back as `before`."""
     by_switch = {p.switch: p for p in new.pools}
-    done: list[tuple[str, JobConfig]] = []
+    done: list[str] = []  # switches whose new entry is (or, for the last, may be) there
     try:
         for s in job_plan.switches:
             conn = ctl.conn(s)
@@ -134,17 +134,53 @@ def _install(ctl: Controller, before: JobRecord, new: JobRecord, job_plan: JobPl
             cfg = ctl._desired(job_plan, new, by_switch[s], {}).job
             # Zeroed before the entry exists, so that every count in it is this pool's.
             conn.write(StatsCounters(conn).pool_reset_updates(cfg.stat_idx, cfg.pool))
-            conn.write([JobAdmissionTables(conn).job_update(Update.INSERT, cfg)])
-            done.append((s, cfg))
-    except (SwitchError, ControllerError) as e:
-        for s, cfg in reversed(done):
             try:
-                conn = ctl.conn(s)
-                conn.write([JobAdmissionTables(conn).job_delete(new.job_id, cfg.pool)])
+                conn.write([JobAdmissionTables(conn).job_update(Update.INSERT, cfg)])
+            except WriteError:
+                # Refused, so not applied: what it collided with (ALREADY_EXISTS) is someone
+                # else's entry and stays.
+                raise
+            except SwitchError:
+                # No answer (a connection lost, a timeout): the insert may have been applied.
+                done.append(s)
+                raise
+            done.append(s)
+    except (SwitchError, ControllerError) as e:
+        # The store frees the new pools' slots below: an entry left behind would make the next
+        # resize's INSERT under this bit fail with ALREADY_EXISTS, and point at slots that may
+        # be handed to another job.
+        left = []
+        for s in reversed(done):
+            try:
+                _delete_if_ours(ctl.conn(s), new.job_id, new.pool_bit, by_switch[s])
             except (SwitchError, ControllerError):
-                pass  # reported by the next reconcile as stray
+                left.append(s)
         ctl.store.undo_resize(before)
-        raise SwitchFailure(f"job {new.job_id} not resized, nothing changed: {e}") from None
+        if not left:
+            raise SwitchFailure(f"job {new.job_id} not resized, nothing changed: {e}") from None
+        raise SwitchFailure(
+            f"job {new.job_id} not resized: {e}; its record is as before, but its new pool's "
+            f"job_config entry (pool bit {new.pool_bit}) may be left on {', '.join(left)}, "
+            "which could not be cleaned up: `passing-ctl reconcile` reports it as stray") \
+            from None
+
+
+def _delete_if_ours(conn: SwitchConnection, job_id: int, bit: int,
+                    pool: PoolRecord | RetiringPool) -> None:
+    """Delete job `job_id`'s job_config entry under `bit` on this switch if it is `pool`'s: its
+    generation (never handed out twice on a switch) and slots. Another entry under that key
+    is left alone: a later pool installed by another controller sharing the state file, or
+    an entry someone else owns. SwitchError if the switch cannot be read or written."""
+    adm = JobAdmissionTables(conn)
+    have = adm.jobs().get((job_id, bit))
+    if have is None or (have.gen, have.pool_base, have.pool_size) != (pool.gen, pool.base,
+                                                                       pool.size):
+        return
+    try:
+        conn.write([adm.job_delete(job_id, bit)])
+    except WriteError as e:
+        if any(code != "NOT_FOUND" for _, code, _ in e.failures):
+            raise  # NOT_FOUND: deleted meanwhile, which is what was wanted
 
 
 def retire_pools(ctl: Controller, job_id: int) -> PoolMove:
@@ -175,20 +211,24 @@ def retire_pools(ctl: Controller, job_id: int) -> PoolMove:
     if waiting:
         return PoolMove(job_id, rec.pool_epoch, True, tuple(sorted(moved)),
                         tuple(sorted(waiting)))
+    return PoolMove(job_id, rec.pool_epoch, False, tuple(sorted(moved)), (), _retire(ctl, rec))
+
+
+def _retire(ctl: Controller, rec: JobRecord) -> tuple[RetiringPool, ...]:
+    """Delete the entries of `rec`'s retiring pools and forget them, freeing their slots; the
+    pools freed. `rec` may be out of date: another controller sharing the state file (`job
+    show` racing `job resize`) may have retired these pools meanwhile and installed a later
+    pool under the same bit, which must not be deleted. So a switch's entry is deleted only if
+    it is still the retiring pool's, and the store forgets the pools only if they are still
+    the ones `rec` has; otherwise this call changes nothing."""
     for old in rec.retiring:
         try:
-            conn = ctl.conn(old.switch)
-            conn.write([JobAdmissionTables(conn).job_delete(job_id, old.bit)])
-        except WriteError as e:
-            if any(code != "NOT_FOUND" for _, code, _ in e.failures):
-                raise SwitchFailure(f"job {job_id}: old pool on {old.switch} not retired: "
-                                    f"{e}") from None
+            _delete_if_ours(ctl.conn(old.switch), rec.job_id, old.bit, old)
         except SwitchError as e:
             # Those deleted already are reinstalled by reconcile or deleted again next time.
-            raise SwitchFailure(f"job {job_id}: old pool on {old.switch} not retired: "
+            raise SwitchFailure(f"job {rec.job_id}: old pool on {old.switch} not retired: "
                                 f"{e}") from None
-    freed = ctl.store.finish_resize(job_id, rec.pool_epoch)
-    return PoolMove(job_id, rec.pool_epoch, False, tuple(sorted(moved)), (), freed)
+    return ctl.store.finish_resize(rec.job_id, rec.pool_epoch, rec.retiring)
 
 
 def retire_where(ctl: Controller, switches: Iterable[str]) -> None:

@@ -363,13 +363,18 @@ class JobStore:
                        (job_id, epoch))
             return _load_job(db, job_id)
 
-    def finish_resize(self, job_id: int, epoch: int) -> tuple[RetiringPool, ...]:
+    def finish_resize(self, job_id: int, epoch: int,
+                      retiring: Iterable[RetiringPool] | None = None) -> tuple[RetiringPool, ...]:
         """Forget job `job_id`'s retiring pools, freeing their slots, if its epoch is still
-        `epoch` and that resize is installed; the pools forgotten (none if the job is gone, at
-        another epoch, still installing, or had none)."""
+        `epoch`, that resize is installed and (when given) its retiring pools are still
+        `retiring`, the ones the caller deleted on the switches; the pools forgotten (none if
+        the job is gone, at another epoch, still installing, or had none). A caller whose
+        reading is out of date thus frees nothing another controller has since recorded."""
         with self._write() as db:
             job = _load_job(db, job_id)
             if job is None or job.pool_epoch != epoch or job.installing:
+                return ()
+            if retiring is not None and set(job.retiring) != set(retiring):
                 return ()
             db.execute("DELETE FROM retiring_pools WHERE job_id = ?", (job_id,))
             return job.retiring

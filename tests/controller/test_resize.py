@@ -18,7 +18,7 @@ from controller.cli import main
 from controller.core import Controller, ControllerError, SwitchFailure
 from controller.counters import StatsCounters
 from controller.job_plan import JobSpec
-from controller.switch import Update
+from controller.switch import SwitchError, Update
 from controller.tables.job_admission import JobAdmissionTables, JobConfig
 from passing import packet
 from passing import protocol as P
@@ -269,6 +269,129 @@ def test_a_resize_interrupted_mid_install_is_finished_by_reconcile(make_control,
     assert not ctl2.job(8).installing
     assert (ctl2.agent_params(8).window, ctl2.agent_params(8).pool) == (8, 1)
     assert all(set(entries(fabric, s, 8)) == {0, 1} for s in ("tor1", "tor2", "spine"))
+
+
+def all_moved(monkeypatch, before=None) -> None:
+    """Every host counts as moved to the new pool (pool_contribs reports every contributor),
+    for tests that send no frames; `before()`, if given, runs first at each read."""
+    def counts(self, stat_idx, bit):
+        if before is not None:
+            before()
+        return dict.fromkeys(range(P.MAX_FAN_IN), 1)
+    monkeypatch.setattr(StatsCounters, "pool_contribs", counts)
+
+
+@pytest.mark.parametrize("meanwhile", ["resize", "delete, create and resize"])
+def test_a_retire_from_an_out_of_date_reading_changes_nothing(make_control, tmp_path,
+                                                              monkeypatch, meanwhile):
+    """Controller S (`job show`) has read job 3 and found every host moved; before it deletes
+    the old pool, controller R on the same state file (`job resize` in another shell) retires
+    that pool itself and installs the next one under the same pool bit, or deletes the job,
+    creates it again and resizes it (the same epoch, other pools). S must delete none of R's
+    entries and free none of R's slots."""
+    s_ctl, fabric = make_control("leafspine")
+    s_ctl.create_job(JobSpec(3, ("h1", "h3"), window=4))
+    s_ctl.resize_job(3, 8)  # epoch 1: the epoch 0 pools retire under bit 0
+    r_ctl, _ = make_control("leafspine", state=tmp_path / "state.sqlite", fabric=fabric)
+    done = []
+
+    def r_meanwhile() -> None:
+        if done:
+            return
+        done.append(True)
+        s_ctl.disconnect()  # one P4Runtime master at a time, as two processes in turn
+        if meanwhile == "resize":
+            rec = r_ctl.resize_job(3, 4)  # retires bit 0, installs epoch 2 under bit 0
+            assert rec.pool_epoch == 2
+        else:
+            r_ctl.delete_job(3)
+            r_ctl.create_job(JobSpec(3, ("h1", "h3"), window=4))
+            rec = r_ctl.resize_job(3, 8)
+            assert rec.pool_epoch == 1 and rec.retiring  # as S read it, but other pools
+        r_ctl.disconnect()
+
+    all_moved(monkeypatch, before=r_meanwhile)
+    move = s_ctl.retire_pools(3)  # S reads the record, then R runs while S reads counters
+    assert done and move.retired == ()
+    rec = r_ctl.job(3)
+    assert rec.retiring and rec.pool_bit == (0 if meanwhile == "resize" else 1)
+    for s in ("tor1", "tor2", "spine"):
+        on_switch = entries(fabric, s, 3)
+        assert set(on_switch) == {0, 1}, s
+        assert {c.gen for c in on_switch.values()} == \
+            {p.gen for p in rec.pools + rec.retiring if p.switch == s}, s
+    assert s_ctl.job(3) == rec
+    assert all(not r["repaired"] and not r["stray"] for r in s_ctl.reconcile(fix=False).values())
+
+
+def test_an_install_whose_answer_was_lost_is_cleaned_up(make_control, monkeypatch):
+    """The spine applies the new pool's insert but the answer is lost (a connection error, not
+    a refusal): the rollback deletes it there too, so the next resize can insert it again."""
+    ctl, fabric = make_control("leafspine")
+    ctl.create_job(JobSpec(7, ("h1", "h3"), window=4))
+    before = ctl.job(7), ctl.agent_params(7)
+    spine = ctl.conn("spine")
+    real = spine.write
+    refuse_delete = []
+
+    def answer_lost(updates):
+        updates = list(updates)
+        if refuse_delete and updates[0].type == Update.DELETE:
+            raise SwitchError("switch spine: write failed: UNAVAILABLE: connection reset")
+        real(updates)
+        if updates[0].type == Update.INSERT:
+            raise SwitchError("switch spine: write failed: UNAVAILABLE: connection reset")
+
+    monkeypatch.setattr(spine, "write", answer_lost)
+    with pytest.raises(SwitchFailure, match="job 7 not resized, nothing changed: switch spine: "
+                                            "write failed: UNAVAILABLE"):
+        ctl.resize_job(7, 8)
+    assert (ctl.job(7), ctl.agent_params(7)) == before
+    for s in ("tor1", "tor2", "spine"):
+        assert set(entries(fabric, s, 7)) == {0}, s
+    assert all(ctl.slots()[s].used() == 4 for s in ("tor1", "tor2", "spine"))
+
+    # The cleanup fails too: the error says what may be left, and where to see it.
+    refuse_delete.append(True)
+    with pytest.raises(SwitchFailure) as e:
+        ctl.resize_job(7, 8)
+    assert "nothing changed" not in str(e.value)
+    assert str(e.value).endswith(
+        "its record is as before, but its new pool's job_config entry (pool bit 1) may be left "
+        "on spine, which could not be cleaned up: `passing-ctl reconcile` reports it as stray")
+    assert (ctl.job(7), ctl.agent_params(7)) == before
+    assert ctl.reconcile(fix=False)["spine"]["stray"] == ["job_config[7, pool 1]"]
+    monkeypatch.setattr(spine, "write", real)
+    spine.write([JobAdmissionTables(spine).job_delete(7, 1)])  # the operator removes it
+    rec = ctl.resize_job(7, 8)
+    assert rec.pool_epoch == 1
+    assert all(set(entries(fabric, s, 7)) == {0, 1} for s in ("tor1", "tor2", "spine"))
+
+
+def test_stats_reports_a_retire_it_could_not_check_and_keeps_the_counters(make_control,
+                                                                          monkeypatch, capsys):
+    """As `job show`: a ToR that does not answer whether the hosts have moved leaves the old
+    pool retiring and is reported, and the counters are still there."""
+    ctl, _ = make_control("leafspine")
+    ctl.create_job(JobSpec(4, ("h1", "h3"), window=4))
+    ctl.resize_job(4, 8)
+    real = StatsCounters.pool_contribs
+
+    def tor2_silent(self, stat_idx, bit):
+        if self.sw.name == "tor2":
+            raise SwitchError("switch tor2: read failed: UNAVAILABLE")
+        return real(self, stat_idx, bit)
+
+    monkeypatch.setattr(StatsCounters, "pool_contribs", tor2_silent)
+    stats = ctl.stats(4)
+    assert set(stats) == {"tor1", "tor2", "spine"}
+    for s, counts in stats.items():
+        assert counts["job_contributions"] == 0 and counts["fan_in"] >= 1, s
+        assert counts["move_error"] == ("job 4: cannot tell whether its hosts use the new pool: "
+                                        "switch tor2: read failed: UNAVAILABLE"), s
+    assert ctl.job(4).retiring
+    code, out, _ = cli(ctl, capsys, "stats", "4", "--json")
+    assert code == 0 and "switch tor2: read failed" in json.loads(out)["4"]["tor1"]["move_error"]
 
 
 def test_in_ina_mode_a_host_has_moved_when_every_one_of_its_gpus_has(make_controller):
