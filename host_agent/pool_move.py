@@ -7,18 +7,24 @@ must then all change pools at the same call: a host that streamed a call into th
 with another window, would have its fragments summed with the wrong ones. So every call carries
 a vote in one fragment of its own, after the tensor's:
 
-    lanes (1, W, W*W) from a host that knows the next pool (pool + 1, window W), zeros otherwise
+    lane 0: 1 from every host (so the fragment is never all zeros: see SlotStreamer.calls_ready)
+    lane 1: v = 1 from a host that knows the next pool (pool + 1, window W), else 0
+    lanes 2 + 2k, 3 + 2k: v * d_k and v * d_k^2, d_k the k-th base-16 digit of W (k < 4)
 
-and the hosts move after the call whose sum of those lanes (n, n*W, n*W*W) says that all n
-hosts voted for the same window (Cauchy-Schwarz: n * sum(W^2) == sum(W)^2 only if every W is
-equal). Every host reads the same sum, so every host decides alike; a round closed by a quorum
-holds fewer votes, and nobody moves. The lanes are integers below 2**S, which the fixed point
-carries exactly (host_agent.fixed_point).
+and the hosts move after the call whose sums say that all n hosts are in, all n voted, and
+for every digit n * sum(d^2) == sum(d)^2, which holds only if every host's digit is the same
+(Cauchy-Schwarz): so all voted for the same window. Every host reads the same sums, so every
+host decides alike; a round closed by a quorum holds fewer votes, and nobody moves. Digits keep
+every lane's sum below 2**S for up to 1024 hosts, so the fixed point carries them exactly
+(host_agent.fixed_point).
 
-After the move the hosts use a session derived from the old one and the pool number, so a
-result of the old pool (a late resend's answer) can never be taken for one of the new pool,
-and the first call in the new pool waits for everyone (StreamConfig.wait_first), so no new
-round completes while a host may still be finishing its last call in the old one. The
+The session is derived from the one the hosts agreed on, the pool number and the window
+(`pool_session`), in the first pool as after every move: hosts that hold different parameters
+(a stale file two resizes old names a pool with the same FLAG_POOL) never share a session, so
+their fragments are never summed together; a result of the old pool (a late resend's answer)
+is never taken for one of the new pool; and the first call in the new pool waits for everyone
+(StreamConfig.wait_first), so no new round completes while a host may still be finishing its
+last call in the old one. The
 controller frees the old pool once every host has contributed to the new one
 (docs/protocol.md, "Live pool resizing").
 """
@@ -36,7 +42,8 @@ from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from passing import protocol as P
 from passing.contract import JobParams
 
-VOTE_LANES = 3
+_DIGITS = 4  # base-16 digits of a window: pools have at most 65535 slots
+VOTE_LANES = 2 + 2 * _DIGITS
 
 
 def vote_offset(n: int) -> int:
@@ -49,11 +56,17 @@ def call_size(n: int) -> int:
     return vote_offset(n) + VOTE_LANES
 
 
-def pool_session(session: int, pool: int) -> int:
-    """The session the hosts use in pool number `pool`, moving from `session`: the same on
-    every host, non-zero, and unrelated to the old one's packets."""
-    h = hashlib.sha256(session.to_bytes(8, "big") + pool.to_bytes(4, "big") + b"passing/pool")
+def pool_session(session: int, pool: int, window: int) -> int:
+    """The session of hosts that agreed on `session` and stream in pool number `pool` with
+    `window` slots: the same on every host that holds the same parameters, non-zero, and
+    unrelated to any other pool's or window's."""
+    h = hashlib.sha256(session.to_bytes(8, "big") + pool.to_bytes(4, "big")
+                       + window.to_bytes(4, "big") + b"passing/pool")
     return int.from_bytes(h.digest()[:8], "big") or 1
+
+
+def _digits(window: int) -> list[int]:
+    return [(window >> (4 * k)) & 0xF for k in range(_DIGITS)]
 
 
 def _same_job(a: JobParams, b: JobParams) -> bool:
@@ -106,9 +119,12 @@ class PoolVote:
         out[:n] = flat
         nxt = self._next
         self._voted = nxt if nxt is not None and nxt.pool == self.params.pool + 1 else None
+        lanes = out[vote_offset(n):]
+        lanes[0] = 1.0
         if self._voted is not None:
-            w = float(self._voted.window)
-            out[vote_offset(n):] = (1.0, w, w * w)
+            lanes[1] = 1.0
+            for k, d in enumerate(_digits(self._voted.window)):
+                lanes[2 + 2 * k], lanes[3 + 2 * k] = d, d * d
         return out
 
     def decide(self, sums: np.ndarray, counts: np.ndarray, complete: int,
@@ -117,10 +133,15 @@ class PoolVote:
         and the GPUs each holds, `counts`), or None to stay."""
         voted, self._voted = self._voted, None
         self.calls += 1
-        n, s1, s2 = (int(v) for v in np.rint(sums[:VOTE_LANES]))
-        if (voted is None or n != streams or np.any(counts[:VOTE_LANES] < complete)
-                or n * s2 != s1 * s1 or s1 != n * voted.window):
+        lanes = [int(v) for v in np.rint(sums[:VOTE_LANES])]
+        present, votes = lanes[0], lanes[1]
+        if (voted is None or present != streams or votes != streams
+                or np.any(counts[:VOTE_LANES] < complete)):
             return None
+        for k, d in enumerate(_digits(voted.window)):
+            s1, s2 = lanes[2 + 2 * k], lanes[3 + 2 * k]
+            if votes * s2 != s1 * s1 or s1 != votes * d:
+                return None
         self.params = voted
         if self._next is voted:
             self._next = None
@@ -141,7 +162,9 @@ class PooledStreamer:
 
     def __init__(self, cfg: StreamConfig, transport: Transport, params: JobParams,
                  source: Callable[[], JobParams] | None = None, poll: float = 2.0):
-        self.streamer = SlotStreamer(dataclasses.replace(cfg, pool=params.pool & 1), transport)
+        self.streamer = SlotStreamer(dataclasses.replace(
+            cfg, window=params.window, pool=params.pool & 1,
+            session=pool_session(cfg.session, params.pool, params.window)), transport)
         self.vote = PoolVote(params, source, poll)
         self.last_counts = np.zeros(0, dtype=np.int64)
 
@@ -161,7 +184,8 @@ class PooledStreamer:
         if moving is not None:
             self.streamer = SlotStreamer(dataclasses.replace(
                 cfg, window=moving.window, pool=moving.pool & 1,
-                session=pool_session(cfg.session, moving.pool), wait_first=True),
+                session=pool_session(cfg.session, moving.pool, moving.window),
+                wait_first=True),
                 self.streamer.detach())
         return total[:n]
 

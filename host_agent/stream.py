@@ -284,7 +284,9 @@ class SlotStreamer:
         try:
             fx.check_finite(flat)
             blocks.ravel()[:n] = flat
-            local_exp = fx.block_exponents(blocks)
+            # An all-zero block proposes 1, not 0: the same scale (both mean the smallest
+            # exponent), and 0 is left to say "no fragment follows" (see calls_ready).
+            local_exp = np.maximum(fx.block_exponents(blocks), 1)
         except (fx.NonFiniteError, ValueError) as e:
             local_error = e
             blocks[:] = 0
@@ -322,8 +324,8 @@ class SlotStreamer:
         not pass for one of `n`: 0 if this host's previous call had another size (a loop
         whose calls differ in size skips nothing), and a call counts only if each slot's
         last result says no fragment follows in that slot (its `exp` is 0: every host
-        proposes 0 after its last fragment, a fragment's own exponent is never 0 unless it
-        is all zeros) and no slot beyond the call's holds a result of the same call."""
+        proposes 0 after its last fragment, and at least 1 for any fragment, all zeros
+        included) and no slot beyond the call's holds a result of the same call."""
         if n <= 0 or self.cfg.patience is None or self.last_n not in (None, n):
             return 0
         nfrag = -(-n // P.K)

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from bench.agent import STRATEGIES
 from host_agent.allreduce import PassingAllreduce, stream_tensor
+from host_agent.pool_move import pool_session
 from host_agent.session import agree_in_group
 from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from host_agent.transport import UdpTransport
@@ -73,10 +74,13 @@ class InaAllreduce:
         if transport is None:
             transport = UdpTransport(h.host_ip, params.agent_udp_ports(host)[local_rank],
                                      h.switch_ip, params.switch_udp_port)
+        agreed = session if session is not None else agree_in_group(None)
+        # The job's current pool, under a session tied to it (host_agent.pool_move): a rank
+        # holding another pool's parameters never shares a session with these.
         cfg = StreamConfig(params.job_id, params.contributor_ids(host)[local_rank],
                            params.window, params.streams,
-                           session if session is not None else agree_in_group(None), local_gpus=1,
-                           **stream_options)
+                           pool_session(agreed, params.pool, params.window), local_gpus=1,
+                           pool=params.pool & 1, **stream_options)
         self.streamer = SlotStreamer(cfg, transport)
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ import pytest
 
 from controller.switch import Update
 from controller.tables.job_admission import JobAdmissionTables
-from host_agent.pool_move import PoolVote, call_size, pool_session, vote_offset
+from host_agent.pool_move import VOTE_LANES, PoolVote, call_size, pool_session, vote_offset
 from passing import protocol as P
 from passing.contract import JobParams
 from testbed.loopback import InProcessConnection, UdpLoopbackSwitch
@@ -42,16 +42,26 @@ def params(window=8, pool=0, job_id=1) -> JobParams:
 
 
 # -- the vote ----------------------------------------------------------------------------------
+def lanes_of(window: int | None) -> np.ndarray:
+    """One host's vote lanes, as it streams them."""
+    v = PoolVote(params())
+    if window is not None:
+        v.offer(dataclasses.replace(v.params, window=window, pool=1))
+    return v.with_vote(np.zeros(0))
+
+
 def test_the_vote_rides_in_a_fragment_of_its_own():
-    assert vote_offset(700) == 3 * P.K and call_size(700) == 3 * P.K + 3
+    assert vote_offset(700) == 3 * P.K and call_size(700) == 3 * P.K + VOTE_LANES
     assert vote_offset(P.K) == P.K and vote_offset(0) == 0
     v = PoolVote(params())
     x = np.arange(700, dtype=np.float64)
     out = v.with_vote(x)
-    assert np.array_equal(out[:700], x) and not out[700:].any()  # nothing to vote for yet
-    assert v.offer(dataclasses.replace(v.params, window=4, pool=1))
-    out = v.with_vote(x)
-    assert list(out[vote_offset(700):]) == [1.0, 4.0, 16.0]
+    assert np.array_equal(out[:700], x)
+    # Nothing to vote for: only the presence lane, so the fragment is never all zeros.
+    assert list(out[vote_offset(700):]) == [1.0] + [0.0] * (VOTE_LANES - 1)
+    assert v.offer(dataclasses.replace(v.params, window=0x1A3, pool=1))
+    lanes = v.with_vote(x)[vote_offset(700):]
+    assert list(lanes) == [1, 1, 3, 9, 10, 100, 1, 1, 0, 0]  # digits 3, A, 1, 0 of 0x1A3
 
 
 def test_only_the_next_pool_of_the_same_job_is_taken():
@@ -63,34 +73,55 @@ def test_only_the_next_pool_of_the_same_job_is_taken():
     assert v.offer(dataclasses.replace(v.params, window=4, pool=1))
 
 
-@pytest.mark.parametrize(("lanes", "counts", "moves"), [
-    ((2, 8, 32), 2, True),  # both hosts voted for window 4
-    ((1, 4, 16), 2, False),  # one host did not vote
-    ((2, 12, 80), 2, False),  # windows 4 and 8: same count, different windows
-    ((2, 8, 32), 1, False),  # the vote round closed by a quorum without one host
+@pytest.mark.parametrize(("votes", "counts", "moves"), [
+    ([4, 4], 2, True),  # both hosts voted for window 4
+    ([4, None], 2, False),  # one host did not vote
+    ([4, 8], 2, False),  # windows 4 and 8
+    ([0x21, 0x12], 2, False),  # digits' sums alike (3 and 3), the windows not
+    ([0x11, 0x11, 0x11, 0x33], 4, False),  # first digits sum to 6 = 4 * 1.5: not a digit
+    ([300, 300], 1, False),  # the vote round closed by a quorum without one host
 ])
-def test_hosts_move_only_when_all_voted_for_the_same_window(lanes, counts, moves):
+def test_hosts_move_only_when_all_voted_for_the_same_window(votes, counts, moves):
     v = PoolVote(params())
-    nxt = dataclasses.replace(v.params, window=4, pool=1)
+    mine = votes[0]
+    nxt = dataclasses.replace(v.params, window=mine, pool=1)
     v.offer(nxt)
     v.with_vote(np.zeros(3))
-    got = v.decide(np.array(lanes, dtype=np.float64), np.full(3, counts), 2, 2)
+    total = sum(lanes_of(w) for w in votes)
+    got = v.decide(total, np.full(VOTE_LANES, counts), len(votes), len(votes))
     assert (got is nxt) == moves
     assert v.params is (nxt if moves else v.params)
-    assert v.moves == ([(1, 1, 4)] if moves else [])
+    assert v.moves == ([(1, 1, mine)] if moves else [])
 
 
 def test_a_host_that_did_not_vote_stays_whatever_the_sum_says():
     v = PoolVote(params())
     v.with_vote(np.zeros(3))
-    assert v.decide(np.array([2.0, 8.0, 32.0]), np.full(3, 2), 2, 2) is None
+    assert v.decide(lanes_of(4) + lanes_of(4), np.full(VOTE_LANES, 2), 2, 2) is None
 
 
-def test_the_new_pool_has_a_session_of_its_own():
+def test_the_vote_lanes_are_summed_exactly_by_the_fixed_point():
+    """1024 hosts (32 racks of 32), a window of the largest digits: every lane's sum comes
+    back exact."""
+    from host_agent import fixed_point as fx
+
+    hosts = 1024
+    lanes = lanes_of(0xFFF)
+    block = np.zeros((1, P.K))
+    block[0, :VOTE_LANES] = lanes
+    exp = fx.block_exponents(block)
+    s = fx.scale_bits(hosts)
+    total = fx.quantize(block, exp, s).astype(np.int64) * hosts
+    assert np.all(np.abs(total) < 2**31)
+    assert np.array_equal(fx.dequantize(total, exp, s)[0, :VOTE_LANES], lanes * hosts)
+
+
+def test_each_pool_and_window_has_a_session_of_its_own():
     s = 0x1234_5678_9ABC_DEF0
-    assert pool_session(s, 1) == pool_session(s, 1)
-    assert len({s, pool_session(s, 1), pool_session(s, 2), pool_session(s + 1, 1)}) == 4
-    assert 0 < pool_session(s, 1) < 1 << 64
+    assert pool_session(s, 1, 8) == pool_session(s, 1, 8)
+    assert len({s, pool_session(s, 1, 8), pool_session(s, 3, 8), pool_session(s, 1, 16),
+                pool_session(s + 1, 1, 8)}) == 5
+    assert 0 < pool_session(s, 1, 8) < 1 << 64
 
 
 # -- real processes, a switch model behind UDP -------------------------------------------------

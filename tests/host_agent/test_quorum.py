@@ -221,6 +221,25 @@ def test_a_host_behind_by_whole_calls_is_told_so_and_takes_them_without_sending(
         h.close()
 
 
+def test_a_larger_call_whose_extra_fragment_is_all_zeros_is_not_taken_for_a_smaller_one():
+    """The others' call has one fragment more than host 3's next, and it is all zeros (a
+    frozen layer's gradient, or the pool vote of a call that votes for nothing): the result
+    before it in its slot must still say a fragment follows, or host 3 would take the larger
+    call's results for its own call and fall a round behind in that slot."""
+    sw = LoopbackSwitch(HOSTS, slots=8, quorum=2)
+    hosts = streamers(sw, 8, patience=0.02, staleness=5)
+    n = 20 * P.K + 7  # 21 fragments; the larger call's 22nd shares slot 5 with the 14th
+    larger = [np.concatenate([t, np.zeros(P.K)]) for t in random_tensors(HOSTS, n, seed=8)]
+    run_calls(hosts[:2], larger[:2], 1, late={})
+    deadline = time.monotonic() + 10
+    while hosts[2].calls_ready(n + P.K) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the reader takes the multicast in
+    assert hosts[2].calls_ready(n + P.K) == 1
+    assert hosts[2].calls_ready(n) == 0
+    for h in hosts:
+        h.close()
+
+
 def test_adaptive_patience_learns_how_long_a_round_with_everyone_takes():
     """Patience between 50 ms and 3 s. Two calls with every host in time (every round full)
     teach the hosts how long a round takes, far less than 3 s here. In a third call host 3
