@@ -140,8 +140,17 @@ class Fabric:
         self._links: list[str] = []
         self.switches: dict[str, SwitchHandle] = {}
         # Interface names must be unique across fabrics alive at once, and at most 15 bytes.
-        Fabric._seq += 1
-        tag = f"{os.getpid() % 1000:03d}{Fabric._seq % 36:x}"
+        # A tag some interface already carries (a crashed run's veths, or another process's
+        # whose pid ends alike) is skipped, never taken over.
+        taken = [n[2:] for n in os.listdir("/sys/class/net") if n[:2] in ("pl", "ps", "pt")]
+        for _ in range(36):
+            Fabric._seq += 1
+            tag = f"{os.getpid() % 1000:03d}{Fabric._seq % 36:x}"
+            if not any(n.startswith(tag) for n in taken):
+                break
+        else:
+            raise RuntimeError(f"every test interface tag of this process is in use ({len(taken)} "
+                               "pl/ps/pt interfaces): remove those crashed runs left")
         try:
             linked = {}
             for i, ((sa, pa), (sb, pb)) in enumerate(links):
