@@ -22,12 +22,12 @@ from testbed.entries import (
     Uplink,
     agent_port,
     contribution,
-    decode,
     host_ip,
     install_job,
     switch_ip,
     switch_mac,
 )
+from tests.conformance.test_rounds import results, silent
 
 DEV = 0
 POOL = int(P.Flag.POOL)
@@ -44,20 +44,6 @@ def add_pool(conn, cfg, *, pool_base: int, pool_size: int, gen: int):
                               gen=gen)
     conn.write([JobAdmissionTables(conn).job_update(Update.INSERT, new)])
     return new
-
-
-def results(sw, ports, timeout=3.0) -> dict[int, np.void]:
-    out = {}
-    for p in ports:
-        frames = sw.test_ports[p].recv(1, timeout)
-        assert frames, f"no result on port {p}"
-        out[p] = decode(frames[0])[1]
-    return out
-
-
-def silent(sw, ports, wait=0.4) -> None:
-    for p in ports:
-        assert sw.test_ports[p].recv(1, wait) == [], f"unexpected packet on port {p}"
 
 
 def pool_contribs(conn, stat_idx: int, pool: int, contributors: int) -> list[int]:
