@@ -22,11 +22,10 @@ import time
 import numpy as np
 
 from bench.sizes import parse_size
-from host_agent import mmsg
 from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig
 from host_agent.transport import UdpTransport
-from passing import packet
+from passing import mmsg, packet
 from passing import protocol as P
 
 
@@ -35,8 +34,14 @@ def as_result(payload: bytes) -> bytes:
 
 
 class MemorySink:
-    def __init__(self):
+    """Answers in memory. `per_pass` > 0 hands the agent at most that many results per
+    receive, as a busy machine does (its scheduler wakes the agent for a few results at a
+    time): what the agent's fixed cost per pass of its loop weighs."""
+
+    def __init__(self, per_pass: int = 0):
         self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.per_pass = per_pass
+        self.held = np.zeros((0, P.PAYLOAD_BYTES), dtype=np.uint8)
 
     def send(self, payload: bytes) -> None:
         self.q.put(as_result(payload))
@@ -57,11 +62,14 @@ class MemorySink:
         self.q.put(rows)
 
     def recv_rows(self, timeout: float) -> tuple[np.ndarray, int]:
-        got = self.recv(timeout)
-        if not got:
-            return np.zeros((0, P.PAYLOAD_BYTES), dtype=np.uint8), 0
-        return np.concatenate([g if isinstance(g, np.ndarray) else
-                               np.frombuffer(g, np.uint8).reshape(1, -1) for g in got]), 0
+        if not self.per_pass or len(self.held) < self.per_pass:
+            got = self.recv(0.0 if len(self.held) else timeout)
+            self.held = np.concatenate([self.held] + [
+                g if isinstance(g, np.ndarray) else np.frombuffer(g, np.uint8).reshape(1, -1)
+                for g in got])
+        n = self.per_pass or len(self.held)
+        out, self.held = self.held[:n], self.held[n:]
+        return out, 0
 
 
 def _echo(port_out, stop, batched: bool) -> None:
@@ -109,14 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-packet", action="store_true",
                     help="one system call per datagram (the agent and the echo), as before "
                          "batched I/O, for comparison")
+    ap.add_argument("--per-pass", type=int, default=0, metavar="N",
+                    help="memory sink: at most N results per receive (default 0: all there)")
     args = ap.parse_args(argv)
+    if args.per_pass < 0 or (args.per_pass and args.sink != "memory"):
+        ap.error("--per-pass: a number of results, with --sink memory")
     echo, batched = None, False
     if args.sink == "udp":
         batched = mmsg.available() and not args.per_packet
         port, echo, stop = udp_echo(batched)
         transport = UdpTransport("127.0.0.1", 0, "127.0.0.1", port, batched=batched)
     else:
-        transport, batched = MemorySink(), True
+        transport, batched = MemorySink(args.per_pass), True
     streamer = SlotStreamer(StreamConfig(1, 0, args.slots, 1, new_session(), rto=1.0), transport)
     x = np.random.default_rng(0).standard_normal(args.size).astype(np.float32)
     t0 = time.perf_counter()
@@ -127,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         echo.join(5)
     assert np.allclose(y, x, rtol=0, atol=1e-5 * float(np.max(np.abs(x))))
     pkts = streamer.stats.packets
-    res = {"sink": args.sink, "batched": batched, "values": args.size, "packets": pkts,
+    res = {"sink": args.sink, "batched": batched, "per_pass": args.per_pass,
+           "values": args.size, "packets": pkts,
            "seconds": round(dt, 3),
            "pps": round(pkts / dt), "value_gbps": round(args.size * 32 / dt / 1e9, 3)}
     print(json.dumps(res) if args.json else

@@ -205,6 +205,14 @@ _EARLY_MAX = 1 << 16
 _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at a time
 
 
+def _median(a: np.ndarray) -> float:
+    """np.median of a non-empty 1-d array, without its generic machinery (it runs on every
+    batch of results)."""
+    d = np.sort(a)
+    n = d.size
+    return float(d[n // 2]) if n % 2 else float((d[n // 2 - 1] + d[n // 2]) / 2)
+
+
 def _records(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Datagram rows as PASSING records, and each one's slot as an index."""
     recs = np.ascontiguousarray(rows).view(packet.PAYLOAD_DTYPE).ravel()
@@ -634,7 +642,8 @@ class SlotStreamer:
         (None: between calls) or a later one; how many were kept."""
         mine = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == self._result_flags)
                 & (recs["session"] == self.cfg.session) & (slot < self.cfg.window))
-        rest = np.setdiff1d(np.flatnonzero(mine), matched)
+        mine[matched] = False  # (a mask: setdiff1d sorts, at every batch of a call)
+        rest = np.flatnonzero(mine)
         if not rest.size or len(self.early) >= _EARLY_MAX:
             return 0
         s = slot[rest]
@@ -677,7 +686,7 @@ class SlotStreamer:
         now = time.monotonic()
         clean = ~call.resent[slots]  # Karn: a resent packet's round trip is ambiguous
         if clean.any():
-            self._sample_rtt(float(np.median(now - call.sent[slots[clean]])))
+            self._sample_rtt(_median(now - call.sent[slots[clean]]))
         # A probe's answer comes after every older packet's would: its own transmission
         # counts. Any other answer may be the first transmission's, so only that counts.
         newest = int(np.max(np.where(call.probed[slots], call.last_seq[slots],

@@ -14,8 +14,7 @@ import socket
 
 import numpy as np
 
-from host_agent import mmsg
-from passing import packet
+from passing import mmsg, packet
 from passing import protocol as P
 
 # Sending into a full queue or through a firewall's drop loses the packet like a wire would, and

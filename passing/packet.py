@@ -28,8 +28,14 @@ class ProtocolError(ValueError):
 
 
 def _check_range(name: str, value: np.ndarray | int, bits: int) -> None:
+    # Checked on every batch an agent sends: a plain int without numpy, an unsigned array
+    # without its minimum.
+    if isinstance(value, int):
+        if not 0 <= value < 1 << bits:
+            raise ProtocolError(f"field {name}={value} does not fit in {bits} bits")
+        return
     arr = np.asarray(value)
-    if arr.size and (arr.min() < 0 or arr.max() >= (1 << bits)):
+    if arr.size and ((arr.dtype.kind != "u" and arr.min() < 0) or arr.max() >= (1 << bits)):
         raise ProtocolError(f"field {name}={arr.min() if arr.min() < 0 else arr.max()} "
                             f"does not fit in {bits} bits")
 

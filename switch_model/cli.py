@@ -16,7 +16,7 @@ from passing.p4info import load_p4info
 from switch_model.inspect_server import serve_inspection
 from switch_model.p4runtime_server import P4RuntimeService, serve
 from switch_model.pipeline import Pipeline
-from switch_model.ports import Ports
+from switch_model.ports import MAX_FRAME, Ports
 
 
 def _interface(spec: str) -> tuple[int, str]:
@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         if inspect is not None:
             inspect.shutdown()
         ports.close()
+        if ports.tx_errors or ports.rx_truncated:
+            # Frames lost inside this process are otherwise invisible: no counter of the P4
+            # program sees them.
+            print(f"passing-switch-model: {ports.tx_errors} frames refused by the kernel on "
+                  f"send (lost), {ports.rx_truncated} frames longer than "
+                  f"{MAX_FRAME} bytes dropped on receive", file=sys.stderr)
     return 0
 
 

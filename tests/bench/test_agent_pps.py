@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bench import agent_pps
-from host_agent import mmsg
+from passing import mmsg, packet
 from passing import protocol as P
 
 
 @pytest.mark.parametrize("argv,batched", [
     (["--sink", "memory"], True),
+    (["--sink", "memory", "--per-pass", "3"], True),
     (["--sink", "udp", "--per-packet"], False),
     (["--sink", "udp"], mmsg.available()),
 ])
@@ -24,3 +26,15 @@ def test_each_sink_streams_the_tensor_back_exactly(argv, batched, capsys):
     nfrag = -(-20 * 1024 // P.K)
     # Every fragment and each slot's exponent packet, plus resends if loopback lost any.
     assert res["values"] == 20 * 1024 and res["packets"] >= nfrag + min(32, nfrag)
+
+
+def test_the_memory_sink_hands_over_at_most_per_pass_results_in_order():
+    sink = agent_pps.MemorySink(per_pass=4)
+    rows = np.arange(10 * P.PAYLOAD_BYTES, dtype=np.uint32).astype(np.uint8).reshape(10, -1)
+    sink.send_rows(rows[:6])
+    sink.send_rows(rows[6:])
+    got = [sink.recv_rows(0.1)[0] for _ in range(4)]
+    assert [len(g) for g in got] == [4, 4, 2, 0]
+    want = rows.copy()
+    want[:, packet.FLAGS_OFFSET] = int(P.Flag.RESULT)
+    assert np.array_equal(np.concatenate(got), want)

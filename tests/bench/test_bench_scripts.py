@@ -41,3 +41,12 @@ def test_switch_pps_benchmark_on_the_model(tmp_path):
     assert not any(v for k, v in counters.items() if k.startswith("drops_"))
     assert counters["job_contributions"] + counters["job_duplicates"] \
         + counters["job_result_retransmits"] >= data["aggregation"]["out"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (veth interfaces)")
+def test_model_ports_benchmark_passes_every_frame_both_ways():
+    res = run_module("bench.model_ports", "--frames", "2000", "--rounds", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["passed"] == {"per_frame": [2000], "batched": [2000]}
+    assert out["per_frame"][0] > 0 and out["batched"][0] > 0

@@ -3,7 +3,9 @@
 Python's socket module sends and receives one datagram per call, and at ~300 bytes a datagram
 the system call and the interpreter around it cost more than the data. Here a batch of
 datagrams of one size is described once, as numpy arrays of `struct mmsghdr` and `struct iovec`
-pointing into one contiguous buffer, and handed to the kernel in one call.
+pointing into one contiguous buffer, and handed to the kernel in one call. The switch model's
+packet sockets use the same calls for Ethernet frames of any length (`send_frames`, and a
+`Receiver` with room for each frame's ancillary data).
 
 Linux x86-64 and aarch64 layouts (LP64): iovec {void *base; size_t len} = 16 bytes;
 msghdr {void *name; socklen_t namelen; struct iovec *iov; size_t iovlen; void *control;
@@ -20,6 +22,7 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -77,6 +80,34 @@ def send_rows(sock: socket.socket, rows: np.ndarray) -> tuple[int, int]:
     rows = np.ascontiguousarray(rows, dtype=np.uint8)
     n, size = rows.shape
     hdr, iov = _headers(rows, n, size)
+    return _send_all(sock, hdr, n, (rows, iov))
+
+
+def send_frames(sock: socket.socket, frames: Sequence[bytes]) -> tuple[int, int]:
+    """Send each of `frames`, of any lengths, as one datagram (or, on a bound packet socket,
+    one Ethernet frame) in as few system calls as the kernel takes. Returns what send_rows
+    returns."""
+    _require()
+    n = len(frames)
+    if not n:
+        return 0, 0
+    joined = b"".join(frames)
+    lengths = np.fromiter(map(len, frames), dtype=np.uint64, count=n)
+    offsets = np.zeros(n, dtype=np.uint64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    data = np.frombuffer(joined, dtype=np.uint8)  # read only: the kernel only reads it
+    iov = np.zeros(n, dtype=IOVEC)
+    iov["base"] = data.ctypes.data + offsets
+    iov["len"] = lengths
+    hdr = np.zeros(n, dtype=MMSGHDR)
+    hdr["iov"] = iov.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(IOVEC.itemsize)
+    hdr["iovlen"] = 1
+    return _send_all(sock, hdr, n, (joined, data, iov))
+
+
+def _send_all(sock: socket.socket, hdr: np.ndarray, n: int, keep: tuple) -> tuple[int, int]:
+    """sendmmsg until all n are sent or a call fails; `keep` holds the memory the headers
+    point into until the kernel has read it."""
     sent = 0
     while sent < n:
         k = _libc.sendmmsg(sock.fileno(), hdr.ctypes.data + sent * MMSGHDR.itemsize,
@@ -84,23 +115,41 @@ def send_rows(sock: socket.socket, rows: np.ndarray) -> tuple[int, int]:
         if k < 0:
             return sent, ctypes.get_errno()
         sent += k
-    del iov  # kept alive until the kernel has read it
+    del keep
     return sent, 0
 
 
 class Receiver:
-    """recvmmsg into a preallocated buffer of `batch` slots of `slot` bytes each."""
+    """recvmmsg into a preallocated buffer of `batch` slots of `slot` bytes each; with
+    `control` > 0 each slot also gets that many bytes of ancillary data (`ctrl`, the length
+    the kernel filled in `ctrl_len`), with `name` > 0 a source address buffer (`names`)."""
 
-    def __init__(self, batch: int = 256, slot: int = 2048):
+    def __init__(self, batch: int = 256, slot: int = 2048, control: int = 0, name: int = 0):
         _require()
-        self.batch, self.slot = batch, slot
+        self.batch, self.slot, self.control, self.name = batch, slot, control, name
         self.buf = np.zeros((batch, slot), dtype=np.uint8)
         self.hdr, self._iov = _headers(self.buf, batch, slot)
+        self.ctrl = np.zeros((batch, max(control, 1)), dtype=np.uint8)
+        self.names = np.zeros((batch, max(name, 1)), dtype=np.uint8)
+        rows = np.arange(batch, dtype=np.uint64)
+        if control:
+            self.hdr["control"] = self.ctrl.ctypes.data + rows * np.uint64(self.ctrl.shape[1])
+        if name:
+            self.hdr["name"] = self.names.ctypes.data + rows * np.uint64(self.names.shape[1])
+
+    def ctrl_len(self, k: int) -> np.ndarray:
+        """Bytes of ancillary data the kernel wrote for each of the last call's k messages."""
+        return self.hdr["controllen"][:k]
 
     def receive(self, sock: socket.socket) -> tuple[np.ndarray, np.ndarray]:
         """What is waiting on `sock`, without blocking: (buffer rows, their lengths). Datagrams
         longer than a slot come back with the length the kernel reports and the flag
         MSG_TRUNC; a caller that only takes datagrams of one exact size never takes them."""
+        # The kernel writes back how much control data and address each message had.
+        if self.control:
+            self.hdr["controllen"] = self.control
+        if self.name:
+            self.hdr["namelen"] = self.name
         k = _libc.recvmmsg(sock.fileno(), self.hdr.ctypes.data, self.batch, MSG_DONTWAIT, None)
         if k < 0:
             err = ctypes.get_errno()

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from host_agent import mmsg
 from host_agent.transport import UdpTransport
+from passing import mmsg
 from passing import protocol as P
 
 pytestmark = pytest.mark.skipif(not mmsg.available(), reason="sendmmsg/recvmmsg: Linux only")
