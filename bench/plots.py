@@ -11,6 +11,7 @@ and marker in every plot, PASSING drawn thicker and on top.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Callable, Iterable
@@ -28,6 +29,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from bench.results import (  # noqa: E402
+    CURVES_FILE,
     GroupKey,
     Run,
     TrainRow,
@@ -41,6 +43,7 @@ from bench.results import (  # noqa: E402
     main_group,
     order_strategies,
     speedups,
+    train_label,
     training_by_group,
 )
 
@@ -370,19 +373,43 @@ def plot_training(rows: list[TrainRow], out: Path) -> Path | None:
         if single:  # one configuration: one bar per strategy, named on the x axis
             at = configs[keys[0]]
             _strategy_bars(ax, strategies, [getattr(at[s], field) for s in strategies], fmt)
-            ax.set_title(group_label(keys[0]), fontsize=10)
+            ax.set_title(train_label(keys[0]), fontsize=10)
         else:
             def value(i: int, s: str, f: str = field) -> float | None:
                 r = configs[keys[i]].get(s)
                 return getattr(r, f) if r else None
             # Two-line labels: the full configuration fits under its bar group unrotated.
-            labels = [group_label(k).replace(", ", "\n", 1) for k in keys]
+            labels = [train_label(k).replace(", ", "\n", 1) for k in keys]
             _grouped_bars(ax, labels, strategies, value, fmt)
         ax.set_ylabel(ylabel)
         ax.margins(y=0.12)  # room for the value labels above the bars
     if not single:
         _legend_below(fig, _bar_handles(strategies))
     return _save(fig, out / "training.png")
+
+
+def plot_training_curves(curves: list[dict], out: Path) -> Path | None:
+    """Test accuracy against training time, a line per strategy, a panel per configuration
+    and model: `curves` as the sweep writes them to training_curves.json."""
+    if not curves:
+        return None
+    panels: dict[str, list[dict]] = {}
+    for c in curves:
+        panels.setdefault(c["label"], []).append(c)
+    fig, axes = _figure(len(panels), (4.8, 3.8))
+    for ax, (label, runs) in zip(axes, panels.items(), strict=True):
+        by_strategy = {c["strategy"]: c for c in runs}
+        for name in order_strategies(by_strategy):
+            t, _, acc = zip(*by_strategy[name]["curve"], strict=True)
+            ax.plot(t, acc, **style(name))
+        if runs[0].get("target_accuracy"):
+            ax.axhline(runs[0]["target_accuracy"], color="0.6", lw=0.8, ls="--")
+        ax.set_xlabel("training time (s)")
+        ax.set_ylabel("test accuracy")
+        ax.set_title(label.replace(", ", "\n", 1), fontsize=10)
+        _grid(ax)
+    _legend_below(fig, _strategy_handles(c["strategy"] for c in curves))
+    return _save(fig, out / "training_curves.png")
 
 
 # ---------------------------------------------------------------------------- entry points
@@ -398,6 +425,9 @@ def make_plots(allreduce_csv: Path, training_csv: Path | None, out_dir: Path) ->
                plot_bandwidth(runs, out_dir)]
     if training_csv is not None:
         written.append(plot_training(load_training(Path(training_csv)), out_dir))
+        curves = Path(training_csv).with_name(CURVES_FILE)
+        if curves.exists():
+            written.append(plot_training_curves(json.loads(curves.read_text()), out_dir))
     return [p for p in written if p is not None]
 
 

@@ -37,6 +37,7 @@ from bench.results import (
     main_group,
     order_strategies,
     speedups,
+    train_label,
     training_by_group,
 )
 
@@ -193,17 +194,20 @@ def _training_section(rows: list[TrainRow]) -> list[str]:
     lines = ["### Training", ""]
     failed: list[str] = []
     for key, at in configs.items():
-        if len(configs) > 1:
-            lines += [f"{group_label(key)}:", ""]
+        lines += [f"{train_label(key)}:", ""]
         table = []
         for s in order_strategies(at):
             r = at[s]
             check, bad = _accuracy_check(r, at.get("ring"))
             if bad:
-                failed.append(f"{s} ({group_label(key)})")
+                failed.append(f"{s} ({train_label(key)})")
+            tta = "not measured" if math.isnan(r.time_to_target_s) else \
+                "not reached" if math.isinf(r.time_to_target_s) else \
+                f"{r.time_to_target_s:.1f} s"
             table.append([s, _num(r.iters_per_s, ".3f"), _num(r.accuracy, ".4f"),
-                          _num(r.final_loss, ".4f"), check])
-        header = ["strategy", "iters/s", "accuracy", "final loss", "accuracy equal to ring"]
+                          _num(r.final_loss, ".4f"), tta, check])
+        header = ["strategy", "iters/s", "accuracy", "final loss", "time to target accuracy",
+                  "accuracy equal to ring"]
         lines += _md_table(header, table) + [""]
     if failed:
         lines += [f"**WARNING: accuracy differs from ring by more than {ACCURACY_TOLERANCE} "

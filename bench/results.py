@@ -69,13 +69,16 @@ class Run(Configured):
 
 @dataclass(frozen=True)
 class TrainRow(Configured):
-    """One training run: a row of training.csv."""
+    """One training run: a row of training.csv. Files written before the wide workload have
+    no model (the digits MLP was the only one) and no time to the target accuracy."""
 
     steps: int
     seconds: float
     iters_per_s: float
     accuracy: float
     final_loss: float
+    model: str = "digits-mlp"
+    time_to_target_s: float = math.nan
 
 
 # ---------------------------------------------------------------------------- loading
@@ -115,9 +118,11 @@ _PARSERS: dict[str, Callable[[str], object]] = {"str": str, "int": _int, "float"
 
 
 def _load(path: Path, columns: Iterable[str], cls: type):
+    """Rows of `cls`; a field with a default may lack its column (older files)."""
     rows = _read_rows(path, columns)
     fields = dataclasses.fields(cls)
-    return [cls(**{f.name: _PARSERS[f.type](r[f.name]) for f in fields}) for r in rows]
+    return [cls(**{f.name: _PARSERS[f.type](r[f.name]) for f in fields if r.get(f.name)
+                   is not None}) for r in rows]
 
 
 def load_allreduce(path: Path) -> list[Run]:
@@ -136,12 +141,25 @@ def order_strategies(names: Iterable[str]) -> list[str]:
     return known + sorted(present - set(STRATEGY_ORDER))
 
 
-def training_by_group(rows: Iterable[TrainRow]) -> dict[GroupKey, dict[str, TrainRow]]:
-    """Training rows by configuration, then strategy (a repeated strategy keeps the last)."""
-    out: dict[GroupKey, dict[str, TrainRow]] = {}
+# Next to training.csv: every training run's accuracy curve (bench.plots draws it).
+CURVES_FILE = "training_curves.json"
+
+# (configuration, model): the training runs that differ only in strategy.
+TrainKey = tuple[GroupKey, str]
+
+
+def training_by_group(rows: Iterable[TrainRow]) -> dict[TrainKey, dict[str, TrainRow]]:
+    """Training rows by configuration and model, then strategy (a repeated strategy keeps the
+    last)."""
+    out: dict[TrainKey, dict[str, TrainRow]] = {}
     for r in rows:
-        out.setdefault(r.group, {})[r.strategy] = r
+        out.setdefault((r.group, r.model), {})[r.strategy] = r
     return out
+
+
+def train_label(key: TrainKey) -> str:
+    group, model = key
+    return f"{model}, {group_label(group)}"
 
 
 def group_runs(runs: Iterable[Run]) -> dict[GroupKey, list[Run]]:

@@ -25,6 +25,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 import os
 import platform
 import subprocess
@@ -38,6 +39,7 @@ from bench import analytic, report, results
 from bench.agent import STRATEGIES
 from bench.analytic import FabricModel, Rates
 from bench.sizes import parse_size
+from bench.workloads import DEFAULT_MODEL, MODELS
 from controller.counters import StatsCounters
 from controller.topology import load
 from passing.pipeline_files import topology_file
@@ -46,7 +48,7 @@ from topologies.network import INA_JOB_OFFSET, PassingNetwork
 # What bench.report reads, then what only the CSV keeps (the model's three bounds, and more).
 ALLREDUCE_COLUMNS = [*results.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
                      "predicted_switch_s", "predicted_host_s", "retransmissions"]
-TRAINING_COLUMNS = list(results.TRAINING_COLUMNS)
+TRAINING_COLUMNS = [*results.TRAINING_COLUMNS, "model", "time_to_target_s"]
 KIB, MIB = 1 << 10, 1 << 20
 WINDOW = 64  # slots per job and switch (the agents' window)
 
@@ -65,6 +67,8 @@ class Scenario:
     train_steps: int = 0
     iters: int = 2
     window: int = WINDOW
+    train_model: str = DEFAULT_MODEL
+    target_accuracy: float = 0.9  # time to this test accuracy, from the training curve
 
 
 def scenarios(quick: bool, target: str) -> list[Scenario]:
@@ -96,13 +100,15 @@ def scenarios(quick: bool, target: str) -> list[Scenario]:
 
 def subset(topo: str, target: str, bws: list[float], gpus: list[int], sizes: list[int],
            strategies: list[str], host_counts: list[int], train_steps: int,
-           iters: int) -> list[Scenario]:
+           iters: int, train_model: str = DEFAULT_MODEL,
+           target_accuracy: float = 0.9) -> list[Scenario]:
     """The runs of a subset: one scenario per bandwidth and GPU count (bandwidth None: the
     links as the topology file ships them, 0: unshaped; GPUs 0: as the file gives them).
     Sizes are in bytes."""
     target = "model" if target == "auto" else target
     return [Scenario(topo, target, bw, g, sizes, strategies, host_counts,
-                     train_steps=train_steps, iters=iters) for bw in bws for g in gpus]
+                     train_steps=train_steps, iters=iters, train_model=train_model,
+                     target_accuracy=target_accuracy) for bw in bws for g in gpus]
 
 
 def runs_in(plan: list[Scenario]) -> int:
@@ -197,7 +203,7 @@ def _agg_packets(pnet: PassingNetwork, job_id: int) -> int:
 
 
 def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, writer_t,
-                 log, progress: Progress) -> None:
+                 log, progress: Progress, curves: list[dict] | None = None) -> None:
     topo_path = _variant(sc.topo, sc.bw_mbps, sc.gpus, work)
     topo = load(topo_path)
     # What the runs record is the fabric they ran on, as shipped or as shaped.
@@ -229,9 +235,19 @@ def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, wr
             if sc.train_steps:
                 for strategy in sc.strategies:
                     row = train(pnet, job_id, hosts, strategy, sc)
+                    curve = row.pop("curve")
                     writer_t(row)
-                    log(f"{progress.step()} train {strategy:9s}: {row['iters_per_s']:.1f} "
-                        f"it/s, accuracy {row['accuracy']:.4f}")
+                    if curves is not None and curve:
+                        curves.append({"label": results.train_label(
+                            ((sc.topo, sc.target, sc.bw_mbps, len(hosts), sc.gpus),
+                             sc.train_model)), "strategy": strategy, "curve": curve,
+                            "target_accuracy": sc.target_accuracy})
+                    tta = row["time_to_target_s"]
+                    log(f"{progress.step()} train {sc.train_model} {strategy:9s}: "
+                        f"{row['iters_per_s']:.2f} it/s, accuracy {row['accuracy']:.4f}"
+                        + ("" if math.isnan(tta) else
+                           f", {sc.target_accuracy:.0%} " + ("not reached" if math.isinf(tta)
+                                                             else f"after {tta:.1f} s")))
     finally:
         pnet.stop()
 
@@ -297,18 +313,24 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
 
 def train(pnet: PassingNetwork, job_id: int, hosts: list[str], strategy: str,
           sc: Scenario) -> dict:
+    # Ten points on the accuracy curve: the time to the target accuracy is read off it.
     res = pnet.allreduce("1", job_id, 1, timeout=60.0, strategy=strategy,
-                         train_steps=sc.train_steps)
+                         train_steps=sc.train_steps, train_model=sc.train_model,
+                         eval_every=max(1, sc.train_steps // 10))
     bad = {h: r.get("error") for h, r in res.items() if not r.get("ok")}
     if bad:
         raise RuntimeError(f"training with {strategy} failed: {bad}")
     # Every rank trains the same model; the slowest host sets the pace.
     slowest = min(res.values(), key=lambda r: r["iters_per_s"])
+    curve = slowest.get("curve") or []
+    tta = next((t for t, _, acc in curve if acc >= sc.target_accuracy), math.inf) \
+        if curve else math.nan
     return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
             "hosts": len(hosts), "gpus_per_host": sc.gpus, "bw_mbps": sc.bw_mbps,
             "steps": slowest["steps"], "seconds": slowest["seconds"],
             "iters_per_s": slowest["iters_per_s"], "accuracy": slowest["accuracy"],
-            "final_loss": slowest["final_loss"]}
+            "final_loss": slowest["final_loss"], "model": sc.train_model,
+            "time_to_target_s": tta, "curve": curve}
 
 
 def _list(parse):
@@ -391,11 +413,22 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--hosts", type=_list(_positive), default=None, metavar="N[,...]",
                      help="job sizes in hosts (default every host)")
     sub.add_argument("--train-steps", type=int, default=0,
-                     help="also train the digits MLP this many steps per strategy (default 0)")
+                     help="also train an MLP this many steps per strategy (default 0)")
+    sub.add_argument("--train-model", choices=sorted(MODELS), default=DEFAULT_MODEL,
+                     help="with --train-steps: digits-mlp (9,610 parameters, default) or "
+                          "digits-wide (1,126,410: bandwidth-bound)")
+    sub.add_argument("--target-accuracy", type=float, default=0.9,
+                     help="with --train-steps: report the training time to this test "
+                          "accuracy (default 0.9)")
     sub.add_argument("--iters", type=_positive, default=2, help="timed calls per run (default 2)")
     args = ap.parse_args(argv)
     picked = [a for a in ("topo", "bw", "gpus", "sizes", "strategies", "hosts")
               if getattr(args, a) is not None]
+    if args.train_steps < 0 or not 0 < args.target_accuracy <= 1:
+        ap.error("--train-steps at least 0, --target-accuracy in (0, 1]")
+    if (args.train_model != DEFAULT_MODEL or args.train_steps) and not picked:
+        ap.error("--train-steps and --train-model go with a subset (e.g. --strategies or "
+                 "--sizes); the whole plan trains the digits MLP itself")
     if picked and args.quick:
         ap.error(f"--quick is a plan of its own; drop it or --{picked[0]}")
     if picked:
@@ -416,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = subset(args.topo or "leafspine", args.target, args.bw or [None], args.gpus or [0],
                       [4 * n for n in args.sizes or [parse_size("1M")]],
                       args.strategies or list(STRATEGIES), args.hosts or [],
-                      args.train_steps, args.iters)
+                      args.train_steps, args.iters, args.train_model, args.target_accuracy)
     else:
         todo = scenarios(args.quick, args.target)
     log_file = (out / "sweep.log").open("w")
@@ -436,14 +469,16 @@ def main(argv: list[str] | None = None) -> int:
     (out / "calibration.json").write_text(json.dumps(calib, indent=2) + "\n")
     a_csv, t_csv = out / "allreduce.csv", out / "training.csv"
     writer_a, writer_t = CsvOut(a_csv, ALLREDUCE_COLUMNS), CsvOut(t_csv, TRAINING_COLUMNS)
+    curves: list[dict] = []
     try:
         with tempfile.TemporaryDirectory(prefix="passing-bench-") as tmp:
             progress = Progress(runs_in(todo))
             for sc in todo:
-                run_scenario(sc, rates, Path(tmp), writer_a, writer_t, log, progress)
+                run_scenario(sc, rates, Path(tmp), writer_a, writer_t, log, progress, curves)
     finally:
         writer_a.close()
         writer_t.close()
+        (out / results.CURVES_FILE).write_text(json.dumps(curves) + "\n")
     wrong = [r for r in writer_a.rows if not r["correct"]]
     for r in wrong:
         log(f"WRONG: {r['strategy']} {r['size_bytes']} bytes: {r.get('errors')}")

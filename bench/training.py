@@ -1,7 +1,8 @@
-"""A small data-parallel training workload for comparing all-reduce strategies.
+"""The data-parallel training workloads for comparing all-reduce strategies.
 
-Every rank trains the same MLP on the scikit-learn digits (shipped with the package, so nothing is
-downloaded and the run is the same on every machine). The all-reduce is a plain callable, so the
+Every rank trains the same MLP (bench.workloads: a small one, and a wide one of 1.1M parameters)
+on the scikit-learn digits (shipped with the package, so nothing is downloaded and the run is
+the same on every machine). The all-reduce is a plain callable, so the
 same loop runs with torch.distributed, the PASSING agent, or an identity for one process, and the
 results (accuracy, final weights) say whether a strategy aggregated correctly, not only how fast.
 
@@ -22,9 +23,10 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
 
+from bench.workloads import CLASSES, DEFAULT_MODEL, IN_FEATURES, MODELS
+
 Allreduce = Callable[[torch.Tensor], torch.Tensor]
 
-IN_FEATURES, HIDDEN, CLASSES = 64, 128, 10
 TEST_FRACTION = 0.25
 
 
@@ -43,23 +45,32 @@ def load_digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return x_train, y_train, x_test, y_test
 
 
-def make_model(seed: int) -> nn.Module:
-    """MLP 64 -> 128 -> 10 whose weights depend on `seed` alone.
+def make_model(seed: int, model: str = DEFAULT_MODEL) -> nn.Module:
+    """The MLP `model` (a key of MODELS: 64 -> hidden layers -> 10) whose weights depend on
+    `seed` alone.
 
     Ranks build their copy independently instead of broadcasting one, so the init must not depend
     on what the process drew from torch's global RNG before; the global RNG is forked around the
     construction so callers' own random streams are left where they were.
     """
+    if model not in MODELS:
+        raise ValueError(f"no model {model!r}: one of {', '.join(MODELS)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.ReLU(),
-                             nn.Linear(HIDDEN, CLASSES))
+        layers: list[nn.Module] = []
+        width = IN_FEATURES
+        for hidden in MODELS[model]:
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        return nn.Sequential(*layers, nn.Linear(width, CLASSES))
 
 
-def model_and_buffer(seed: int) -> tuple[nn.Module, list[nn.Parameter], int, torch.Tensor]:
-    """make_model(seed), its parameters (each with a zeroed .grad), how many gradient elements
-    they have, and the one buffer a step's all-reduce sums: those gradients, then the loss."""
-    model = make_model(seed)
+def model_and_buffer(seed: int, name: str = DEFAULT_MODEL
+                     ) -> tuple[nn.Module, list[nn.Parameter], int, torch.Tensor]:
+    """make_model(seed, name), its parameters (each with a zeroed .grad), how many gradient
+    elements they have, and the one buffer a step's all-reduce sums: those gradients, then
+    the loss."""
+    model = make_model(seed, name)
     params = list(model.parameters())
     for p in params:
         p.grad = torch.zeros_like(p)
@@ -93,7 +104,8 @@ def batch_indices(n_train: int, steps: int, global_batch: int, seed: int) -> np.
 
 
 def train(allreduce: Allreduce, rank: int, world: int, steps: int,
-          seed: int = 0, global_batch: int = 64, lr: float = 0.1) -> dict:
+          seed: int = 0, global_batch: int = 64, lr: float = 0.1, model: str = DEFAULT_MODEL,
+          eval_every: int = 0) -> dict:
     """Train on this rank's shards for `steps` SGD steps, aggregating gradients with `allreduce`.
 
     `allreduce(t)` must sum `t` over all ranks (in place is fine) and return the sum; it is called
@@ -107,14 +119,20 @@ def train(allreduce: Allreduce, rank: int, world: int, steps: int,
     only in the strategy (or in `world`) are directly comparable; `param_checksum` (sum of |w|
     over the final weights) is the cheap way to compare them.
 
+    `model` names the MLP (MODELS). With `eval_every` > 0 the test accuracy is also measured
+    before the first step, every `eval_every` steps and after the last, the clock stopped.
+
     Returns steps, seconds (the step loop only, evaluation excluded), iters_per_s, final_loss
     (global-batch mean loss of the last step, before its update), accuracy (on the test set after
-    training, in [0, 1]), param_checksum and allreduce_numel.
+    training, in [0, 1]), param_checksum, allreduce_numel, model and curve: [training seconds,
+    step, accuracy] of each evaluation (empty without eval_every).
     """
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"rank {rank} is not in a world of {world}")
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
+    if eval_every < 0:
+        raise ValueError(f"eval_every must be at least 0, got {eval_every}")
     if global_batch < 1 or global_batch % world:
         raise ValueError(f"global_batch {global_batch} is not divisible by world {world}: every "
                          "rank needs an equal shard for the averaged gradient to be the "
@@ -126,37 +144,50 @@ def train(allreduce: Allreduce, rank: int, world: int, steps: int,
     batches = torch.from_numpy(
         batch_indices(len(x_train), steps, global_batch, seed)[:, rank * shard:(rank + 1) * shard])
 
-    model, params, n_grad, flat = model_and_buffer(seed)
+    net, params, n_grad, flat = model_and_buffer(seed, model)
     loss_fn = nn.CrossEntropyLoss()
+    x_test_t = torch.from_numpy(x_test)
 
+    def accuracy() -> float:
+        with torch.no_grad():
+            return float(np.mean(net(x_test_t).argmax(dim=1).numpy() == y_test))
+
+    curve: list[tuple[float, int, float]] = [(0.0, 0, accuracy())] if eval_every else []
+    evaluating = 0.0  # seconds spent on evaluations, not counted as training
     start = time.perf_counter()
     for s in range(steps):
         idx = batches[s]
         for p in params:
             p.grad.zero_()
-        loss = loss_fn(model(x_train_t[idx]), y_train_t[idx])
+        loss = loss_fn(net(x_train_t[idx]), y_train_t[idx])
         loss.backward()
         # One tensor, one collective per step (as a bucketed DDP issues it), not one per
         # parameter, which would time per-call latency instead of the aggregation.
         torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)], out=flat)
         summed = allreduce(flat)
         summed.div_(world)
-        set_flat_grads(model, summed[:n_grad])
+        set_flat_grads(net, summed[:n_grad])
         with torch.no_grad():
             for p in params:
                 p.add_(p.grad, alpha=-lr)
-    seconds = time.perf_counter() - start
+        if eval_every and ((s + 1) % eval_every == 0 or s + 1 == steps):
+            t = time.perf_counter()
+            curve.append((t - start - evaluating, s + 1, accuracy()))
+            evaluating += time.perf_counter() - t
+    seconds = time.perf_counter() - start - evaluating
     final_loss = float(summed[n_grad])
 
+    acc = accuracy()
     with torch.no_grad():
-        pred = model(torch.from_numpy(x_test)).argmax(dim=1).numpy()
         checksum = float(sum(p.detach().double().abs().sum() for p in params))
     return {
         "steps": steps,
         "seconds": seconds,
         "iters_per_s": steps / seconds if seconds > 0 else float("inf"),
         "final_loss": final_loss,
-        "accuracy": float(np.mean(pred == y_test)),
+        "accuracy": acc,
         "param_checksum": checksum,
         "allreduce_numel": n_grad + 1,
+        "model": model,
+        "curve": curve,
     }

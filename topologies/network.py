@@ -18,6 +18,7 @@ from pathlib import Path
 from mininet.link import TCLink
 from mininet.net import Mininet
 
+from bench.workloads import DEFAULT_MODEL, train_budget_s
 from controller.core import Controller, Endpoint
 from controller.job_plan import JobSpec
 from controller.topology import Topology
@@ -210,12 +211,14 @@ class PassingNetwork:
 
     def allreduce(self, size: str = "1M", job_id: int | None = None, iters: int = 2,
                   timeout: float = 20.0, strategy: str = "passing",
-                  train_steps: int = 0) -> dict[str, dict]:
+                  train_steps: int = 0, train_model: str = DEFAULT_MODEL,
+                  eval_every: int = 0) -> dict[str, dict]:
         """Run passing-agent on every host of the job at once; their JSON reports. Baseline
         strategies run over the same hosts and links: ring, hier-ring and ps without the
         switch's aggregation (their traffic is ordinary L2 forwarding), ina through the
         switch with every GPU rank streaming (on the job's INA companion, see ina_companion).
-        With train_steps the agents train the digits MLP instead (passing-agent --train)."""
+        With train_steps the agents train the MLP `train_model` instead (passing-agent
+        --train --model, accuracy every `eval_every` steps)."""
         job_id = job_id if job_id is not None else min(self.jobs)
         params = self.jobs.get(job_id) or self.create_job(job_id)
         job = JobParams.load(params)
@@ -229,7 +232,8 @@ class PassingNetwork:
                      "--host", h, "--size", size, "--iters", str(iters), "--json",
                      "--timeout", str(timeout), "--strategy", strategy,
                      "--ifname", self.net.get(h).defaultIntf().name,
-                     "--train", str(train_steps)],
+                     "--train", str(train_steps), "--model", train_model,
+                     "--eval-every", str(eval_every)],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for h in hosts}
         out = {}
@@ -237,7 +241,7 @@ class PassingNetwork:
             try:
                 # A generous bound: a hung agent (e.g. a baseline's rendezvous) must not hang
                 # the caller; the agent's own deadline covers the switch.
-                bound = timeout * (iters + 2) + 120 + 2 * train_steps
+                bound = timeout * (iters + 2) + 120 + train_budget_s(train_model, train_steps)
                 stdout, stderr = p.communicate(timeout=bound)
             except subprocess.TimeoutExpired:
                 for q in procs.values():

@@ -28,6 +28,8 @@ import numpy as np
 from bench.agent import STRATEGIES
 from bench.agent.check import expected_sum, rank_tensor
 from bench.sizes import parse_size
+from bench.workloads import MODELS as TRAIN_MODELS
+from bench.workloads import train_budget_s
 from host_agent.job_source import JobSourceError, params_from_env, this_host
 from passing.contract import JobParams, ParamsError
 
@@ -161,7 +163,8 @@ def _train(allreduce, ranks, args: dict, stats) -> dict:
 
     world = sum(ranks.local_size)
     res = train(allreduce, ranks.rank, world, args["train_steps"],
-                seed=args["seed"], global_batch=args["global_batch"] or 8 * world)
+                seed=args["seed"], global_batch=args["global_batch"] or 8 * world,
+                model=args["model"], eval_every=args["eval_every"])
     res.update({"ok": True, "rank": ranks.local_rank, "strategy": args["strategy"],
                 "world": world, **_stream_counts(stats)})
     return res
@@ -181,8 +184,10 @@ class RunOptions:
     ifname: str | None = None
     rendezvous_port: int | None = None  # None: 29500 + job id
     rendezvous_timeout: float = 60.0
-    train_steps: int = 0  # > 0: train the digits MLP instead of timed all-reduces
+    train_steps: int = 0  # > 0: train an MLP on the digits instead of timed all-reduces
     global_batch: int = 0  # 0: 8 x ranks
+    model: str = "digits-mlp"  # with train_steps: which MLP (bench.training.MODELS)
+    eval_every: int = 0  # with train_steps: test accuracy every this many steps (0: at the end)
 
 
 def _reports(out, procs: list, budget: float) -> list[dict]:
@@ -225,7 +230,7 @@ def run(params: JobParams, host: str, opts: RunOptions) -> dict:
         p.start()
     try:
         reports = _reports(out, procs, opts.timeout * (opts.iters + 2) + opts.rendezvous_timeout
-                           + 120 + 2 * opts.train_steps)
+                           + 120 + train_budget_s(opts.model, opts.train_steps))
         # The leader's report says most (its error names the switch); others only if it has none.
         res = next((r for r in reports if r.get("rank") == 0), reports[0])
     finally:
@@ -283,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
                          "iterations/s and test accuracy")
     ap.add_argument("--global-batch", type=int, default=0,
                     help="with --train: samples per step over all ranks (default 8 x ranks)")
+    ap.add_argument("--model", choices=sorted(TRAIN_MODELS), default="digits-mlp",
+                    help="with --train: digits-mlp (9,610 parameters, default) or digits-wide "
+                         "(1,126,410 parameters: the all-reduce is most of each step)")
+    ap.add_argument("--eval-every", type=int, default=0, metavar="STEPS",
+                    help="with --train: also measure test accuracy every STEPS steps, the "
+                         "clock stopped (the report's curve: seconds, step, accuracy)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     try:
@@ -303,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{params.mode} (passing-ctl job create --mode {args.strategy})")
     if args.train < 0:
         ap.error("--train must be a number of steps (0: no training)")
+    if args.eval_every < 0:
+        ap.error("--eval-every must be a number of steps (0: accuracy at the end only)")
     if args.train and importlib.util.find_spec("sklearn") is None:
         # Said here, once, rather than by every rank as an ImportError.
         ap.error("--train needs scikit-learn (its digits data set is the training data): "
@@ -311,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                       timeout=args.timeout, min_rto=args.min_rto, strategy=args.strategy,
                       ifname=args.ifname, rendezvous_port=args.rendezvous_port,
                       rendezvous_timeout=args.rendezvous_timeout, train_steps=args.train,
-                      global_batch=args.global_batch)
+                      global_batch=args.global_batch, model=args.model,
+                      eval_every=args.eval_every)
     res = run(params, args.host, opts)
     if args.json:
         print(json.dumps(res))

@@ -5,6 +5,7 @@ regressions are flagged, and the human-written text around the markers survives.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -284,3 +285,38 @@ def test_unknown_strategy_and_missing_prediction_do_not_break_anything(training_
     assert table_cell(md, "### All-reduce", "1 MiB", "passing speedup vs switchml") == "1.10x"
     assert table_cell(md, "### All-reduce", "1 MiB", "switchml ratio") == "n/a"
     assert md.count("**NO**") == 2  # ina in both training configurations
+
+
+def test_two_workloads_get_their_own_tables_times_to_accuracy_and_curves(
+        allreduce_csv, training_csv, tmp_path):
+    """A sweep's training.csv with the model and the time to the target accuracy, beside
+    its curves: each workload is a table of its own, and the curves are drawn."""
+    from bench.results import CURVES_FILE, load_training
+
+    with open(training_csv) as f:
+        small = list(csv.DictReader(f))
+    tta = {"passing": "21.5", "ring": "inf", "hier-ring": "40.25"}
+    wide = [dict(r, model="digits-wide", time_to_target_s=tta.get(r["strategy"], ""))
+            for r in small]
+    cols = (*TRAINING_COLUMNS, "model", "time_to_target_s")
+    path = write_csv(tmp_path / "training.csv", cols,
+                     [dict(r, model="digits-mlp", time_to_target_s="") for r in small] + wide)
+    rows = load_training(path)
+    assert {r.model for r in rows} == {"digits-mlp", "digits-wide"}
+    curves = [{"label": "digits-wide, star/model, 4x2 GPUs, 1 Gbit/s", "strategy": s,
+               "curve": [[0.0, 0, 0.1], [10.0, 50, 0.8], [20.0 + i, 100, 0.92]],
+               "target_accuracy": 0.9} for i, s in enumerate(("passing", "ring"))]
+    (tmp_path / CURVES_FILE).write_text(json.dumps(curves))
+    out = tmp_path / "docs" / "benchmarks.md"
+    plots = make_plots(allreduce_csv, path, out.parent / "benchmarks")
+    assert {p.name for p in plots} >= {"training.png", "training_curves.png"}
+    assert_png(out.parent / "benchmarks" / "training_curves.png")
+    write_report(allreduce_csv, path, plots, out, {"date": "2024-01-01"})
+    md = out.read_text()
+    mlp = md.index("digits-mlp, star/model")
+    wide_at = md.index("digits-wide, star/model")
+    assert mlp < wide_at
+    wide_table = md[wide_at:]
+    assert "| 21.5 s |" in wide_table and "| not reached |" in wide_table
+    assert "| 40.2 s |" in wide_table or "| 40.3 s |" in wide_table
+    assert "| not measured |" in md[mlp:wide_at]

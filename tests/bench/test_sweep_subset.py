@@ -43,6 +43,10 @@ def test_progress_line_estimates_the_time_left():
     (["--topo", "torus"], "no shipped topology 'torus'"),
     (["--hosts", "5"], "leafspine has 4 hosts, not 5"),
     (["--sizes", "4X"], "size must be a number of float32 values"),
+    (["--train-steps", "50", "--train-model", "digits-wide"], "go with a subset"),
+    (["--strategies", "ring", "--train-model", "resnet"], "invalid choice: 'resnet'"),
+    (["--strategies", "ring", "--train-steps", "9", "--target-accuracy", "90"],
+     "--target-accuracy in (0, 1]"),
 ])
 def test_bad_subsets_are_refused_before_anything_starts(args, says):
     res = subprocess.run([sys.executable, "-m", "bench.sweep", *args], capture_output=True,

@@ -120,3 +120,34 @@ def test_model_init_depends_on_the_seed_only_and_spares_the_global_rng():
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q)
     assert not torch.equal(next(a.parameters()), next(c.parameters()))
+
+
+def test_the_wide_workload_has_a_million_parameters_and_learns():
+    from bench.workloads import parameters
+
+    n = sum(p.numel() for p in make_model(0, "digits-wide").parameters())
+    assert n == parameters("digits-wide") == 1_126_410
+    assert sum(p.numel() for p in make_model(0).parameters()) == parameters("digits-mlp")
+    seen = []
+
+    def spy(t: torch.Tensor) -> torch.Tensor:
+        seen.append(t.numel())
+        return t
+
+    res = train(spy, 0, 1, 120, seed=0, model="digits-wide", eval_every=40)
+    assert seen == [n + 1] * 120  # the whole gradient (and the loss) in every step's call
+    assert res["model"] == "digits-wide" and res["accuracy"] > 0.9
+    # Accuracy before the first step, every 40 steps and at the end, on training time.
+    assert [s for _, s, _ in res["curve"]] == [0, 40, 80, 120]
+    times = [t for t, _, _ in res["curve"]]
+    assert times[0] == 0 and times == sorted(times) and times[-1] <= res["seconds"] + 1e-6
+    assert res["curve"][0][2] < 0.3 and res["curve"][-1][2] == res["accuracy"]
+    with pytest.raises(ValueError, match="no model"):
+        make_model(0, "digits-huge")
+
+
+def test_a_curve_does_not_change_what_is_learned():
+    plain = train(identity, 0, 1, 30, seed=1)
+    curved = train(identity, 0, 1, 30, seed=1, eval_every=7)
+    assert plain["param_checksum"] == curved["param_checksum"]
+    assert plain["curve"] == [] and [s for _, s, _ in curved["curve"]] == [0, 7, 14, 21, 28, 30]
