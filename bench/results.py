@@ -157,6 +157,12 @@ def training_by_group(rows: Iterable[TrainRow]) -> dict[TrainKey, dict[str, Trai
     return out
 
 
+def time_to(curve: Iterable[tuple[float, int, float]], target: float) -> float | None:
+    """The training seconds at the first point of an accuracy curve ((seconds, step,
+    accuracy), in order) that reaches `target`; None if none does."""
+    return next((t for t, _, acc in curve if acc >= target), None)
+
+
 def train_label(key: TrainKey) -> str:
     group, model = key
     return f"{model}, {group_label(group)}"

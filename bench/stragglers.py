@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from bench.results import time_to
 from controller.topology import load
 from host_agent.backend import PassingInitError, stream_options
 from passing.pipeline_files import CHECKOUT, topology_file
@@ -113,10 +114,6 @@ def check(reports: dict[str, dict]) -> list[dict]:
     if len(sums) != 1:
         raise RuntimeError(f"the replicas differ at the end: weight checksums {sorted(sums)}")
     return ranks
-
-
-def time_to(curve: list, target: float) -> float | None:
-    return next((t for t, _, acc in curve if acc >= target), None)
 
 
 def summarize(setting: Setting, ranks: list[dict], target: float) -> dict:

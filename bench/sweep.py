@@ -323,8 +323,8 @@ def train(pnet: PassingNetwork, job_id: int, hosts: list[str], strategy: str,
     # Every rank trains the same model; the slowest host sets the pace.
     slowest = min(res.values(), key=lambda r: r["iters_per_s"])
     curve = slowest.get("curve") or []
-    tta = next((t for t, _, acc in curve if acc >= sc.target_accuracy), math.inf) \
-        if curve else math.nan
+    reached = results.time_to(curve, sc.target_accuracy)
+    tta = math.nan if not curve else math.inf if reached is None else reached
     return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
             "hosts": len(hosts), "gpus_per_host": sc.gpus, "bw_mbps": sc.bw_mbps,
             "steps": slowest["steps"], "seconds": slowest["seconds"],

@@ -61,15 +61,22 @@ def _require() -> None:
         raise OSError("sendmmsg/recvmmsg: not available on this platform (mmsg.available())")
 
 
-def _headers(buf: np.ndarray, n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """mmsghdr and iovec arrays for n datagrams of `size` bytes laid end to end in buf."""
+def _headers_at(base: int, offsets: np.ndarray, lengths: np.ndarray | int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """mmsghdr and iovec arrays, one message per offset: `lengths` bytes at base + offset."""
+    n = len(offsets)
     iov = np.zeros(n, dtype=IOVEC)
-    iov["base"] = buf.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(size)
-    iov["len"] = size
+    iov["base"] = base + offsets
+    iov["len"] = lengths
     hdr = np.zeros(n, dtype=MMSGHDR)
     hdr["iov"] = iov.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(IOVEC.itemsize)
     hdr["iovlen"] = 1
     return hdr, iov
+
+
+def _headers(buf: np.ndarray, n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """mmsghdr and iovec arrays for n datagrams of `size` bytes laid end to end in buf."""
+    return _headers_at(buf.ctypes.data, np.arange(n, dtype=np.uint64) * np.uint64(size), size)
 
 
 def send_rows(sock: socket.socket, rows: np.ndarray) -> tuple[int, int]:
@@ -96,12 +103,7 @@ def send_frames(sock: socket.socket, frames: Sequence[bytes]) -> tuple[int, int]
     offsets = np.zeros(n, dtype=np.uint64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     data = np.frombuffer(joined, dtype=np.uint8)  # read only: the kernel only reads it
-    iov = np.zeros(n, dtype=IOVEC)
-    iov["base"] = data.ctypes.data + offsets
-    iov["len"] = lengths
-    hdr = np.zeros(n, dtype=MMSGHDR)
-    hdr["iov"] = iov.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(IOVEC.itemsize)
-    hdr["iovlen"] = 1
+    hdr, iov = _headers_at(data.ctypes.data, offsets, lengths)
     return _send_all(sock, hdr, n, (joined, data, iov))
 
 

@@ -186,7 +186,7 @@ class RunOptions:
     rendezvous_timeout: float = 60.0
     train_steps: int = 0  # > 0: train an MLP on the digits instead of timed all-reduces
     global_batch: int = 0  # 0: 8 x ranks
-    model: str = "digits-mlp"  # with train_steps: which MLP (bench.training.MODELS)
+    model: str = "digits-mlp"  # with train_steps: which MLP (bench.workloads.MODELS)
     eval_every: int = 0  # with train_steps: test accuracy every this many steps (0: at the end)
 
 
