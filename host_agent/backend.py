@@ -205,14 +205,17 @@ class PassingProcessGroup(dist.ProcessGroup):
 
     def shutdown(self) -> None:
         """What `destroy_process_group` calls. The in-host group is registered nowhere in
-        c10d, so it is shut down here: a gloo group left to interpreter finalization can abort
-        the process (SIGABRT, "terminate called without an active exception") after a
-        successful run. The leader's UDP port is released too."""
+        c10d, so it is released here, while the interpreter is whole: gloo's shutdown does
+        nothing, but dropping the last reference joins its threads. A gloo thread still
+        running at interpreter exit aborts the process (SIGABRT, "terminate called without an
+        active exception") if it releases a tensor then. The leader's UDP port is released
+        too."""
         if self.passing is not None:
             self.passing.close()
+            self.passing = None  # it holds the in-host group too
         if self.local is not None:
             self.local.shutdown()
-            self.local = None
+            self.local = None  # the last reference: gloo joins its threads now, not at exit
         super().shutdown()
 
     def _summed_by_switch(self, tensors: list[torch.Tensor], op: dist.ReduceOp) -> bool:

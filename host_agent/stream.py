@@ -296,7 +296,11 @@ class SlotStreamer:
             # exponent), and 0 is left to say "no fragment follows" (see calls_ready).
             local_exp = np.maximum(fx.block_exponents(blocks), 1)
         except (fx.NonFiniteError, ValueError) as e:
-            local_error = e
+            # The message, not the exception: its traceback holds this frame, and the cycle
+            # would keep the caller's process groups (and their gloo threads) alive until a
+            # garbage collection, possibly one at interpreter exit, where a gloo thread
+            # releasing a tensor aborts the process.
+            local_error = str(e)
             blocks[:] = 0
             local_exp = np.full(nfrag, fx.POISON, dtype=np.uint8)
         self.last_n = n

@@ -15,6 +15,10 @@ the same inputs, or the error it met. SCENARIO picks what to run:
   behind       node 1 is three calls behind node 0 (a quorum); it takes them without computing
   straggler    node 1 starts each of 3 all-reduces (AVG) 1 s late; with a quorum and
                PASSING_PATIENCE the others do not wait for it (but for every other call)
+Every scenario that ends with destroy_process_group then writes the gloo threads still running
+(a gloo thread that outlives the interpreter can abort a finished run). Where DDP ran, one
+group's remain: torch.distributed.nn, which DDP imports, keeps the world group of its import
+time in its functions' default arguments.
 """
 
 from __future__ import annotations
@@ -40,6 +44,13 @@ RANK = int(os.environ["RANK"])
 
 def put(name: str, value: object) -> None:
     (OUT / f"rank{RANK}.{name}.json").write_text(json.dumps(value))
+
+
+def gloo_threads() -> list[str]:
+    """Names of this process's gloo threads (workers and transport loops), from /proc."""
+    names = (Path("/proc/self/task", t, "comm").read_text().strip()
+             for t in os.listdir("/proc/self/task"))
+    return sorted(n for n in names if "gloo" in n)
 
 
 def values(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -319,6 +330,8 @@ def main() -> int:
             finally:
                 put("elapsed", time.monotonic() - start)
         dist.destroy_process_group()
+        del gloo
+        put("gloo_threads_left", gloo_threads())
     except Exception as e:
         put("error", {"type": type(e).__name__, "message": str(e),
                       "traceback": traceback.format_exc()})

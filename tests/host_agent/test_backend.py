@@ -159,6 +159,7 @@ def test_collectives_through_the_switch_and_delegated(launch, switch, tmp_path):
             assert res[name]["passing"] == res[name]["gloo"], (rank, name, res[name])
         if rank < 2:
             assert res["subgroup_sum"] == [3.0, 3.0, 3.0]
+        assert run.read(rank, "gloo_threads_left") == [], rank
     # Each SUM/AVG call went through the switch: its host's leader sent at least one packet
     # per K values for it; nothing delegated did; the other local ranks send nothing.
     for rank in (0, 2):
@@ -208,6 +209,10 @@ def test_what_gloo_users_rely_on(launch, tmp_path):
         # and the next call is exact again
         assert all(res["nonfinite"]), rank
         assert res["after_nonfinite"] == [float(sum(range(world)))] * 100
+        # destroy_process_group stopped every gloo thread of the process, the in-host group's
+        # too, on the leaders that met the Inf as well: a gloo thread left to interpreter exit
+        # can abort a finished run (SIGABRT, "terminate called without an active exception")
+        assert run.read(rank, "gloo_threads_left") == [], rank
 
 
 def test_a_destroyed_group_releases_what_it_held(launch, tmp_path):

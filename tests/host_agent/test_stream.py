@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -110,6 +112,26 @@ def test_integer_tensors_exact_through_the_switch():
     results, _ = run_hosts(switch, tensors)
     exact = np.sum(tensors, axis=0, dtype=np.float64)
     assert all(np.array_equal(r[0], exact) for r in results)
+
+
+def test_a_failed_call_leaves_no_reference_cycle():
+    """A call that raises NonFiniteError keeps no exception (with its traceback's frames) in a
+    cycle: the streamer, and the process groups of whatever called it, are freed with their
+    last reference, not at some later garbage collection. torch's gloo threads freed at
+    interpreter exit can abort a finished run."""
+    gc.disable()  # only reference counting frees: a cycle would show
+    try:
+        streamer = SlotStreamer(StreamConfig(1, 0, 16, 1, new_session()),
+                                LoopbackSwitch(1).transport(1))
+        bad = np.ones(300, np.float32)
+        bad[7] = np.nan
+        with pytest.raises(NonFiniteError, match="this host"):
+            streamer.allreduce(bad)
+        freed = weakref.ref(streamer)
+        del streamer
+        assert freed() is None
+    finally:
+        gc.enable()
 
 
 def test_nan_on_one_host_fails_the_call_on_every_host_then_the_job_goes_on():
