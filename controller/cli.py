@@ -10,7 +10,8 @@ Exit codes: 0 done (`serve`: stopped by SIGINT/SIGTERM), 2 bad command line (a m
 `serve --listen`, `job resize --window 0`), 3 request refused (unknown job, duplicate id, host
 not in the topology, job that does not fit, a resize while the previous one still retires its
 old pool, bad topology; `serve`: the listen address is in use or not this machine's),
-4 a switch is unreachable or refused a write.
+4 a switch is unreachable or refused a write (`stats`: the counters of the switches that
+answered are printed all the same).
 """
 
 from __future__ import annotations
@@ -336,7 +337,8 @@ def run_with(ctl: Controller, args) -> tuple[object, str]:
 
 def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
     """Per job and switch: the job's counters and drops; per switch: the drops no job's row
-    takes (in the JSON, under each job's switch as "switch_drops")."""
+    takes (in the JSON, under each job's switch as "switch_drops"). A switch that could not be
+    read has a row of "-" and its reason at the end (in the JSON, "error")."""
     ids = [job_id] if job_id is not None else [j.job_id for j in ctl.store.jobs()]
     res = {jid: ctl.stats(jid) for jid in ids}
     if not res:
@@ -345,20 +347,34 @@ def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
             for jid, per in res.items() for sw, counts in per.items()]
     cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
             "job_result_retransmits", "job_uplink", "job_downlink", "quorum",
-            "job_quorum_rounds", "job_late"]
+            "job_quorum_rounds", "job_late", "late_by"]
+    read = [r for r in rows if "error" not in r]
     for r in rows:
-        r["late_by"] = ",".join(f"{m}:{n}" for m, n in r["late_by"].items()) or "-"
         r["quorum"] = f"{r['quorum']}/{r['fan_in']}"
-    cols.append("late_by")
-    drops = [{"job": r["job"], "switch": r["switch"],
-              **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in rows]
-    # Switch-wide counters are the same under every job on a switch: shown once per switch.
-    per_switch = {r["switch"]: r["switch_drops"] for r in rows}
-    switch_rows = [{"switch": sw, **counts} for sw, counts in per_switch.items()]
-    text = (_table(rows, cols) + "\n\ndrops:\n" + _table(drops, list(drops[0]))
-            + "\n\nswitch-wide drops (no job's row):\n"
-            + _table(switch_rows, list(switch_rows[0])))
-    return res, text
+        if "error" in r:
+            r.update({c: "-" for c in cols if c not in r})
+        else:
+            r["late_by"] = ",".join(f"{m}:{n}" for m, n in r["late_by"].items()) or "-"
+    parts = [_table(rows, cols)]
+    if read:
+        drops = [{"job": r["job"], "switch": r["switch"],
+                  **{k[6:]: v for k, v in r.items() if k.startswith("drops_")}} for r in read]
+        # Switch-wide counters are the same under every job on a switch: shown once per switch.
+        per_switch = {r["switch"]: r["switch_drops"] for r in read}
+        switch_rows = [{"switch": sw, **counts} for sw, counts in per_switch.items()]
+        parts += ["drops:\n" + _table(drops, list(drops[0])),
+                  "switch-wide drops (no job's row):\n"
+                  + _table(switch_rows, list(switch_rows[0]))]
+    unread = _unread(res)
+    if unread:
+        parts.append("not read:\n" + "\n".join(f"  {sw}: {why}" for sw, why in unread.items()))
+    return res, "\n\n".join(parts)
+
+
+def _unread(stats_result: dict) -> dict[str, str]:
+    """The switches `stats` could not read, with the reason."""
+    return {sw: counts["error"] for per in stats_result.values()
+            for sw, counts in per.items() if "error" in counts}
 
 
 def serve(args, ctl: Controller | None = None) -> int:
@@ -501,6 +517,11 @@ def main(argv: list[str] | None = None, ctl: Controller | None = None) -> int:
         print(f"passing-ctl: {e}", file=sys.stderr)
         return EXIT_SWITCH
     print(json.dumps(result, indent=2, default=str) if getattr(args, "json", False) else text)
+    if args.cmd == "stats" and (unread := _unread(result)):
+        # What could be read is printed above; the exit code says that some could not.
+        print(f"passing-ctl: stats incomplete: no counters from {', '.join(unread)}",
+              file=sys.stderr)
+        return EXIT_SWITCH
     return 0
 
 

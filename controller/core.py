@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -479,17 +479,13 @@ class Controller:
     def slots(self) -> dict[str, SlotAllocator]:
         return self._allocators(list(self.topo.switches))
 
-    def switch_drops(self, switches: Iterable[str]) -> dict[str, dict[str, int]]:
-        """Per switch, the drops no job's row takes, by cause (GlobalDrop names, and no_peer:
-        packets egress had no peer_rewrite entry for)."""
-        return {s: StatsCounters(self.conn(s)).global_drops() for s in switches}
-
     def stats(self, job_id: int) -> dict[str, dict[str, int | str | dict[str, int]]]:
         """Per switch of the job: its counters (StatsCounters.job), its fan-in and quorum, its
         late contributions by member ("late_by") and, under "switch_drops", that switch's
         drops counted for no job, so that every packet the switch dropped is accounted for in
         one place or the other. During a resize, "move_error" when whether the hosts have
-        moved could not be told (as in `job show`)."""
+        moved could not be told (as in `job show`). A switch that cannot be reached or read
+        has only its fan-in, its quorum and "error" (the others' counters are still read)."""
         move_error = None
         try:
             self.retire_pools(job_id)  # frees an old pool every host has left (a resize)
@@ -500,17 +496,22 @@ class Controller:
             move_error = str(e)
         rec = self.job(job_id)
         job_plan = plan(JobSpec.from_dict(rec.spec), self.topo)
-        drops = self.switch_drops(p.switch for p in rec.pools)
         out: dict[str, dict[str, int | str | dict[str, int]]] = {}
         for p in rec.pools:
-            counters = StatsCounters(self.conn(p.switch))
-            late = counters.late(p.stat_idx)
+            plan_part = {"quorum": job_plan.quorum_at(p.switch), "fan_in": p.fan_in}
+            try:
+                counters = StatsCounters(self.conn(p.switch))
+                late = counters.late(p.stat_idx)
+                read = {**counters.job(p.stat_idx), "switch_drops": counters.global_drops()}
+            except (SwitchFailure, SwitchError) as e:
+                # A switch that is down is when an operator most needs the others' counters:
+                # they are given, and this one's row says why it has none.
+                out[p.switch] = {**plan_part, "error": str(e)}
+                continue
             # Late contributions by the member that sent them (a host, or a ToR at the spine).
             late_by = {m.name: n for m in job_plan.roles[p.switch].members
                        if (n := sum(late.get(c, 0) for c in m.ids))}
-            out[p.switch] = {**counters.job(p.stat_idx), "quorum": job_plan.quorum_at(p.switch),
-                             "fan_in": p.fan_in, "late_by": late_by,
-                             "switch_drops": drops[p.switch]}
+            out[p.switch] = {**read, **plan_part, "late_by": late_by}
             if move_error is not None:
                 out[p.switch]["move_error"] = move_error
         return out

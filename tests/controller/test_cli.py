@@ -4,6 +4,7 @@ one clear line and a documented exit code, never a traceback."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -204,6 +205,48 @@ def test_stats_accounts_for_every_dropped_forged_packet(fabric_of, tmp_path, cap
     assert dict(zip(head, row, strict=True)) == {
         "SWITCH": "s1", "UNKNOWN_JOB": "0", "MALFORMED": "0", "FORGED": "1",
         "UNCHECKED_UDP": "1", "TAGGED": "0", "NO_PEER": "0"}
+
+
+def test_stats_with_a_switch_down_gives_the_others_and_says_which(make_control, tmp_path,
+                                                                   capsys):
+    """tor2 stops answering (its address leads nowhere): `stats` still prints tor1's and the
+    spine's counters, marks tor2's row and says why, and exits 4 so that a script notices."""
+    from controller.core import Controller, Endpoint
+    from controller.job_plan import JobSpec
+    from tests.controller.test_resize import cli
+
+    ctl, fabric = make_control("leafspine")
+    ctl.create_job(JobSpec(4, ("h1", "h3"), window=4))
+    ctl.disconnect()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    endpoints = {n: Endpoint(n, dead if n == "tor2" else fabric[n].grpc_address,
+                             fabric[n].device_id) for n in ("tor1", "tor2", "spine")}
+    down = Controller(ctl.topo, endpoints, tmp_path / "state.sqlite", retries=1,
+                      connect_timeout=1.0)
+    try:
+        code, out, err = cli(down, capsys, "stats", "4", "--json")
+        assert code == 4 and err == "passing-ctl: stats incomplete: no counters from tor2\n"
+        stats = json.loads(out)["4"]
+        assert set(stats) == {"tor1", "tor2", "spine"}
+        for sw in ("tor1", "spine"):
+            assert stats[sw]["job_contributions"] == 0 and "error" not in stats[sw], sw
+            assert stats[sw]["switch_drops"]["forged"] == 0
+        assert set(stats["tor2"]) == {"error", "fan_in", "quorum"}
+        assert "tor2" in stats["tor2"]["error"] and stats["tor2"]["fan_in"] == 1
+        code, out, err = cli(down, capsys, "stats")
+        assert code == 4 and "tor2" in err
+        jobs, drops, switch, unread = out.strip().split("\n\n")
+        head, *rows = (line.split() for line in jobs.splitlines())
+        by_switch = {r[1]: dict(zip(head, r, strict=True)) for r in rows}
+        assert by_switch["tor1"]["JOB_CONTRIBUTIONS"] == "0"
+        assert by_switch["tor2"]["JOB_CONTRIBUTIONS"] == "-"
+        assert by_switch["tor2"]["QUORUM"] == "1/1"
+        assert "tor2" not in drops and "tor2" not in switch and "tor1" in switch
+        assert unread.startswith("not read:\n  tor2: ") and "tor1" not in unread
+    finally:
+        down.close()
 
 
 def test_the_mininet_cli_job_command_sets_the_straggler_policy(make_control, capsys):
