@@ -32,13 +32,15 @@ PASSING_IPV4_LEN = P.IPV4_HEADER_BYTES + PASSING_UDP_LEN
 ETHERTYPE = slice(12, IPV4_OFF)
 IPV4_VER_IHL, IPV4_PROTO = IPV4_OFF, IPV4_OFF + 9
 IPV4_FRAG_HI, IPV4_FRAG_LO = IPV4_OFF + 6, IPV4_OFF + 7  # flags ++ fragment offset
-IPV4_TOTAL_LEN = slice(IPV4_OFF + 2, IPV4_OFF + 4)
-IPV4_CSUM_HI, IPV4_CSUM_LO = IPV4_OFF + 10, IPV4_OFF + 11
 UDP_SPORT = slice(UDP_OFF, UDP_OFF + 2)
 UDP_DPORT = slice(UDP_OFF + 2, UDP_OFF + 4)
 UDP_LEN = slice(UDP_OFF + 4, UDP_OFF + 6)
 
 _HDR = struct.Struct("!HHBBBBIIHBBQ")
+# The same header in two parts, for copies that differ only in the contributor field.
+_HDR_TO_CONTRIBUTOR = struct.Struct("!HHB")
+_HDR_AFTER_CONTRIBUTOR = struct.Struct("!BBBIIHBBQ")
+_IP_TAIL = struct.Struct("!HII")  # checksum, source and destination address
 
 
 class Header(NamedTuple):
@@ -104,13 +106,6 @@ _MASK32 = (1 << 32) - 1
 _READY, _CLOSED = 1, 2  # the version word's flags
 
 
-def ipv4_checksum(header20: bytes | bytearray) -> int:
-    """csum16 over the IPv4 header with the checksum field taken as zero."""
-    words = _IPV4_WORDS.unpack_from(header20)
-    total = sum(words) - words[5]
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
 
 
 class SlotStore:
@@ -232,7 +227,8 @@ class Pipeline:
     def _passing(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         st = self.state
         nbytes = len(frame)
-        if not _well_formed(frame):
+        ip = _IPV4_WORDS.unpack_from(frame, IPV4_OFF) if nbytes >= PASSING_END else None
+        if ip is None or not _well_formed(frame, ip):
             st.count("global_drops", P.GlobalDrop.MALFORMED, nbytes)
             return []
         h = Header._make(_HDR.unpack_from(frame, PASSING_OFF))
@@ -249,7 +245,7 @@ class Pipeline:
         if h.flags & FLAG_CONTRIB:
             st.count("pool_contribs", ((j["stat_idx"] << 1) + pool) * P.MAX_FAN_IN
                      + h.contributor, nbytes)
-        event, out = self._aggregate(port, frame, j, h)
+        event, out = self._aggregate(port, frame, j, h, ip)
         st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
         if event in _LATE:
             st.count("late_contribs", j["stat_idx"] * P.MAX_FAN_IN + h.contributor, nbytes)
@@ -276,8 +272,8 @@ class Pipeline:
             return P.JobDrop.BAD_VERSION
         return DROP_NONE
 
-    def _aggregate(self, port: int, frame: bytes, j: dict[str, int],
-                   h: Header) -> tuple[int, list[tuple[int, bytes]]]:
+    def _aggregate(self, port: int, frame: bytes, j: dict[str, int], h: Header,
+                   ip: tuple[int, ...]) -> tuple[int, list[tuple[int, bytes]]]:
         """Aggregation.aggregate(): both registers read and written once, one event. The steps
         are the P4 action's sections, in its order; each version word is the P4's
         round ++ flags ++ nsum ++ exp ++ count ++ bitmap, kept as an int."""
@@ -302,7 +298,7 @@ class Pipeline:
         egress = self._egress_of(port, j, h, v.event)
         if not egress:
             return v.event, []
-        return v.event, self._peer_rewrite(frame, egress, _leaving_header(h, v.event, mine),
+        return v.event, self._peer_rewrite(frame, ip, egress, _leaving_header(h, v.event, mine),
                                            lanes.row_to_bytes(vals))
 
     def _merge_values(self, vidx: int, frame: bytes, overwrite: bool, is_new: bool) -> int:
@@ -331,29 +327,39 @@ class Pipeline:
         return []
 
     # -- PeerRewrite ---------------------------------------------------------------------------
-    def _peer_rewrite(self, frame: bytes, egress: list[tuple[int, int]], h: Header,
-                      values: bytes) -> list[tuple[int, bytes]]:
+    def _peer_rewrite(self, frame: bytes, ip: tuple[int, ...], egress: list[tuple[int, int]],
+                      h: Header, values: bytes) -> list[tuple[int, bytes]]:
         """Each copy addressed to the peer behind its (port, rid); a copy with no peer is
-        counted in egress_drops (with the arriving frame's length) and dropped."""
+        counted in egress_drops (with the arriving frame's length) and dropped. `ip`: the
+        arriving frame's IPv4 header as 16-bit words."""
         st = self.state
         peers = st.tables["peer_rewrite"].entries
         out = []
+        # What every copy shares, made once: all but the addresses and the recipient's id.
+        kept = _Kept(frame[IPV4_OFF:IPV4_OFF + 10], sum(ip[:5]),
+                     _HDR_AFTER_CONTRIBUTOR.pack(*h[3:]), frame[UDP_LEN],
+                     b"".join((values, frame[PASSING_END:])))
         for port, rid in egress:
             peer = peers.get((h.job_id, port, rid))
             if peer is None:
                 st.count("egress_drops", 0, len(frame))
                 continue
-            out.append((port, _rewrite(frame, peer.params, h, values)))
+            out.append((port, _rewrite(kept, peer.params, h)))
         return out
 
 
-def _well_formed(frame: bytes) -> bool:
-    """JobAdmission's first check: the whole PASSING packet is there, with a valid IPv4
-    checksum and exactly the lengths of one."""
-    return (len(frame) >= PASSING_END
-            and ipv4_checksum(frame[IPV4_OFF:UDP_OFF])
-            == (frame[IPV4_CSUM_HI] << 8 | frame[IPV4_CSUM_LO])
-            and int.from_bytes(frame[IPV4_TOTAL_LEN], "big") == PASSING_IPV4_LEN
+def _fold(total: int) -> int:
+    """csum16 of a sum of 16-bit words: the carries folded in, then complemented."""
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def _well_formed(frame: bytes, ip: tuple[int, ...]) -> bool:
+    """JobAdmission's first check: the whole PASSING packet is there (the caller checked the
+    length), with a valid IPv4 checksum and exactly the lengths of one. `ip`: the IPv4
+    header's ten 16-bit words (word 1 the total length, word 5 the checksum)."""
+    return (_fold(sum(ip) - ip[5]) == ip[5] and ip[1] == PASSING_IPV4_LEN
             and int.from_bytes(frame[UDP_LEN], "big") == PASSING_UDP_LEN)
 
 
@@ -465,18 +471,26 @@ def _leaving_header(h: Header, event: int, mine: int) -> Header:
                   h.session)
 
 
-def _rewrite(frame: bytes, peer: dict[str, int], h: Header, values: bytes) -> bytes:
-    """PeerRewrite.set_peer, then the checksum update and the deparser: the frame's IPv4 header
-    with the peer's addresses, header `h` with the recipient's id, `values`, and whatever
-    trailed the PASSING part of the frame."""
-    ip = bytearray(frame[IPV4_OFF:UDP_OFF])
-    ip[12:16] = peer["src_ip"].to_bytes(4, "big")
-    ip[16:20] = peer["dst_ip"].to_bytes(4, "big")
-    ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
+class _Kept(NamedTuple):
+    """What the copies of one packet share (Aggregation._peer_rewrite makes it once)."""
+
+    ip_head: bytes  # the arriving IPv4 header's first 10 bytes (up to the checksum)
+    ip_head_sum: int  # ... as the sum of its 16-bit words
+    hdr_tail: bytes  # the leaving PASSING header after its contributor field
+    udp_len: bytes
+    payload: bytes  # the values, and whatever trailed the PASSING part of the frame
+
+
+def _rewrite(kept: _Kept, peer: dict[str, int], h: Header) -> bytes:
+    """PeerRewrite.set_peer, then the checksum update and the deparser: the arriving IPv4
+    header with the peer's addresses (its checksum computed over all of it, as
+    update_checksum does), header `h` with the recipient's id, the values and the rest."""
+    src, dst = peer["src_ip"], peer["dst_ip"]
+    csum = _fold(kept.ip_head_sum + (src >> 16) + (src & 0xFFFF) + (dst >> 16) + (dst & 0xFFFF))
     return b"".join((
         peer["dst_mac"].to_bytes(6, "big"), peer["src_mac"].to_bytes(6, "big"), ETH_IPV4,
-        ip,
-        _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), frame[UDP_LEN], b"\x00\x00",
-        _HDR.pack(h.job_id, h.slot, peer["contributor"], *h[3:]),
-        values, frame[PASSING_END:],
+        kept.ip_head, _IP_TAIL.pack(csum, src, dst),
+        _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), kept.udp_len, b"\x00\x00",
+        _HDR_TO_CONTRIBUTOR.pack(h.job_id, h.slot, peer["contributor"]), kept.hdr_tail,
+        kept.payload,
     ))
