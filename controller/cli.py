@@ -340,7 +340,8 @@ def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
     takes (in the JSON, under each job's switch as "switch_drops"). A switch that could not be
     read has a row of "-" and its reason at the end (in the JSON, "error")."""
     ids = [job_id] if job_id is not None else [j.job_id for j in ctl.store.jobs()]
-    res = {jid: ctl.stats(jid) for jid in ids}
+    unread: dict[str, str] = {}  # a switch found down is not asked again for the next job
+    res = {jid: ctl.stats(jid, unread) for jid in ids}
     if not res:
         return res, "no jobs"
     rows = [{"job": jid, "switch": sw, **counts}

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from host_agent.allreduce import PassingAllreduce
-from host_agent.job_source import params_from_env, this_host
+from host_agent.job_source import params_from_env, pool_poll, this_host
 from host_agent.session import _to_signed, new_session
 from passing._torch_autoload import BACKEND
 from passing.contract import JobParams, parse_patience
@@ -199,6 +199,7 @@ class PassingProcessGroup(dist.ProcessGroup):
         self._set_default_backend(_BackendType.GLOO)
         self.passing = passing
         self.local: dist.ProcessGroup | None = None  # the in-host group, when this group made it
+        self._destroyed = False
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -210,6 +211,7 @@ class PassingProcessGroup(dist.ProcessGroup):
         running at interpreter exit aborts the process (SIGABRT, "terminate called without an
         active exception") if it releases a tensor then. The leader's UDP port is released
         too."""
+        self._destroyed = self.passing is not None
         if self.passing is not None:
             self.passing.close()
             self.passing = None  # it holds the in-host group too
@@ -229,6 +231,12 @@ class PassingProcessGroup(dist.ProcessGroup):
             tensors = [tensors]
         if opts is None:
             opts = dist.AllreduceOptions()
+        if self._destroyed:
+            # Said, rather than summed on gloo behind the caller's back (a model holding the
+            # group after destroy_process_group would no longer go through the switch).
+            raise RuntimeError("passing backend: all_reduce on a world group that "
+                               "destroy_process_group destroyed; init_process_group"
+                               "(\"passing\") makes a new one")
         op = opts.reduceOp
         avg = op == dist.ReduceOp.AVG
         if self._summed_by_switch(tensors, op):
@@ -338,22 +346,6 @@ def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ,
     elif params is not None and params.patience:
         options["staleness"] = params.staleness
     return options
-
-
-def pool_poll(env: Mapping[str, str] = os.environ) -> float:
-    """PASSING_POOL_POLL: seconds between two reads of the job's parameters by a host's
-    leader, to learn of a live resize (passing-ctl job resize; default 2, 0: never)."""
-    text = env.get("PASSING_POOL_POLL")
-    if text is None:
-        return 2.0
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise PassingInitError(f"PASSING_POOL_POLL={text!r}: seconds between reads of the "
-                               "job's parameters, 0 (never) or more")
-    return seconds
 
 
 def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:

@@ -159,3 +159,19 @@ def _is_local(ip: str) -> bool:
         except OSError:
             return False
     return True
+
+
+def pool_poll(env: Mapping[str, str] = os.environ) -> float:
+    """PASSING_POOL_POLL: seconds between two reads of the job's parameters by a host's
+    leader, to learn of a live resize (passing-ctl job resize; default 2, 0: never)."""
+    text = env.get("PASSING_POOL_POLL")
+    if text is None:
+        return 2.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise JobSourceError(f"PASSING_POOL_POLL={text!r}: seconds between reads of the "
+                             "job's parameters, 0 (never) or more")
+    return seconds

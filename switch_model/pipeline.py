@@ -106,8 +106,6 @@ _MASK32 = (1 << 32) - 1
 _READY, _CLOSED = 1, 2  # the version word's flags
 
 
-
-
 class SlotStore:
     """Registers slot_state and slot_values of the Aggregation control."""
 

@@ -217,6 +217,7 @@ def test_stats_with_a_switch_down_gives_the_others_and_says_which(make_control, 
 
     ctl, fabric = make_control("leafspine")
     ctl.create_job(JobSpec(4, ("h1", "h3"), window=4))
+    ctl.create_job(JobSpec(5, ("h2", "h4"), window=4))
     ctl.disconnect()
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -235,14 +236,21 @@ def test_stats_with_a_switch_down_gives_the_others_and_says_which(make_control, 
             assert stats[sw]["switch_drops"]["forged"] == 0
         assert set(stats["tor2"]) == {"error", "fan_in", "quorum"}
         assert "tor2" in stats["tor2"]["error"] and stats["tor2"]["fan_in"] == 1
+        # Every job: the down switch is asked once, not once per job (each costs the retries).
+        asked = []
+        real = down.conn
+        down.conn = lambda name: (asked.append(name), real(name))[1]
         code, out, err = cli(down, capsys, "stats")
         assert code == 4 and "tor2" in err
+        assert asked.count("tor2") == 1, asked
         jobs, drops, switch, unread = out.strip().split("\n\n")
         head, *rows = (line.split() for line in jobs.splitlines())
-        by_switch = {r[1]: dict(zip(head, r, strict=True)) for r in rows}
-        assert by_switch["tor1"]["JOB_CONTRIBUTIONS"] == "0"
-        assert by_switch["tor2"]["JOB_CONTRIBUTIONS"] == "-"
-        assert by_switch["tor2"]["QUORUM"] == "1/1"
+        by_row = {(r[0], r[1]): dict(zip(head, r, strict=True)) for r in rows}
+        assert set(by_row) == {(j, s) for j in ("4", "5") for s in ("tor1", "tor2", "spine")}
+        for job in ("4", "5"):
+            assert by_row[job, "tor1"]["JOB_CONTRIBUTIONS"] == "0"
+            assert by_row[job, "tor2"]["JOB_CONTRIBUTIONS"] == "-"
+            assert by_row[job, "tor2"]["QUORUM"] == "1/1"
         assert "tor2" not in drops and "tor2" not in switch and "tor1" in switch
         assert unread.startswith("not read:\n  tor2: ") and "tor1" not in unread
     finally:

@@ -237,8 +237,9 @@ def train(group, steps: int) -> list[float]:
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 
 
-def reinit() -> list[list[float]]:
-    """Two lives of the world group in one process; each one's sum, as every rank saw it."""
+def reinit() -> list:
+    """Two lives of the world group in one process; each one's sum, as every rank saw it, then
+    what an all_reduce on the first life's group (held, destroyed) raised."""
     sums, held = [], []
     for life in range(2):
         if life:
@@ -248,6 +249,11 @@ def reinit() -> list[list[float]]:
         sums.append(sorted(set(t.tolist())))
         held.append(dist.group.WORLD)  # as a DDP model that outlives its group holds it
         dist.destroy_process_group()
+    try:  # a destroyed group no longer sums, through the switch or otherwise
+        dist.all_reduce(torch.ones(3), group=held[0])
+        sums.append("summed on a destroyed group")
+    except RuntimeError as e:
+        sums.append(str(e))
     return sums
 
 

@@ -31,12 +31,18 @@ def free_tcp_port() -> int:
 
 
 @pytest.fixture
-def params_file(tmp_path):
+def loopback(tmp_path):
+    """(the switch, its job's parameters file): 2 hosts of 2 local ranks."""
     sw = UdpLoopbackSwitch(2, agent_udp_port=free_udp_port(), slots=32)
     path = tmp_path / "job.json"
     path.write_text(sw.agent_params(local_gpus=2).to_json())
-    yield path
+    yield sw, path
     sw.close()
+
+
+@pytest.fixture
+def params_file(loopback):
+    return loopback[1]
 
 
 def agent(*args: str, python: tuple[str, ...] = ("-m", "bench.agent.cli"),
@@ -133,10 +139,11 @@ def test_a_silent_switch_fails_every_host_clearly(params_file, tmp_path):
         assert p.returncode == 1 and "no result from the switch for 1.0s" in err, err
 
 
-def test_one_host_restarting_alone_gets_no_session_and_the_other_fails(params_file):
+def test_one_host_restarting_alone_gets_no_session_and_the_other_fails(loopback):
     """h2's agent is killed mid-run and started again while h1 still runs: the new h2 cannot
     join h1's session (it fails at the rendezvous), h1 fails within its deadline; neither
     returns a wrong value."""
+    switch, params_file = loopback
     port = str(free_tcp_port())
     common = ["--params", str(params_file), "--size", "64K", "--rendezvous-port", port,
               "--json"]
@@ -146,8 +153,14 @@ def test_one_host_restarting_alone_gets_no_session_and_the_other_fails(params_fi
     h1 = agent(*common, "--host", "h1", "--iters", "100000", "--timeout", "30")
     h2 = agent(*common, "--host", "h2", "--iters", "100000", "--timeout", "3")
     try:
-        time.sleep(20)  # both are streaming by now (torch starts in a few seconds)
-        assert h1.poll() is None and h2.poll() is None
+        # Both streaming: the switch sent a result, which takes both hosts (a fixed sleep was
+        # not always enough on a loaded machine, and an h2 killed before the rendezvous
+        # rightly joins h1's session when it starts again).
+        deadline = time.monotonic() + 120
+        while switch.delivered < 2:
+            assert h1.poll() is None and h2.poll() is None, "an agent ended before streaming"
+            assert time.monotonic() < deadline, "the agents never streamed"
+            time.sleep(0.2)
         h2.kill()
         h2.communicate(timeout=30)
         again = agent(*common, "--host", "h2", "--iters", "1", "--timeout", "3",
