@@ -6,6 +6,12 @@ sum with numpy and check what came back through the switch: every call is checke
 (untimed warm-up) one included, on every local rank. The hosts' leaders first meet at the first
 host (--rendezvous-port) to agree on a new session (host_agent.session).
 
+A live resize (`passing-ctl job resize`) reaches a running passing agent as it reaches the
+`passing` backend: the leader re-reads the job's parameters every PASSING_POOL_POLL seconds
+(default 2; 0: never) from where they came from, the --params file (write it with
+`job resize --params-out`) or the controller, and the hosts move to the new pool after the
+same call. The report gives the moves ([call, pool, window]) and the window it ended in.
+
 Exit codes: 0 correct result, 1 wrong result or the switch did not answer, 2 bad arguments.
 """
 
@@ -30,7 +36,7 @@ from bench.agent.check import expected_sum, rank_tensor
 from bench.sizes import parse_size
 from bench.workloads import MODELS as TRAIN_MODELS
 from bench.workloads import train_budget_s
-from host_agent.job_source import JobSourceError, params_from_env, this_host
+from host_agent.job_source import JobSourceError, params_from_env, pool_poll, this_host
 from passing.contract import JobParams, ParamsError
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
@@ -79,6 +85,7 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             # Many ranks share few cores (Mininet hosts on one machine): one thread each, or
             # they oversubscribe the CPUs and every collective waits on a descheduled rank.
             torch.set_num_threads(1)
+        passing = None
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
             dist.init_process_group("nccl" if cuda else "gloo",
@@ -98,7 +105,11 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
             session = agree_in_group(None, session)  # 0: the leader's rendezvous failed
             if not session:
                 raise RendezvousError(failure or "the leader could not agree on a session")
-            passing = strategies.PassingAllreduce(params, host, session=session, **stream)
+            path = args["params_file"]
+            source = (lambda: JobParams.load(path)) if path else params_from_env
+            passing = strategies.PassingAllreduce(params, host, session=session,
+                                                  params_source=source, poll=args["pool_poll"],
+                                                  **stream)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
         else:
             # The baselines need every rank of every host in one group, met at the first host
@@ -138,14 +149,26 @@ def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
         report = torch.tensor([wrong, max(excess)], dtype=torch.float64)
         dist.all_reduce(report, op=dist.ReduceOp.MAX)
         if rank == 0:
+            if passing is not None:  # after a pool move the counters are the new pool's
+                stats = passing.streamer.stats
             out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
                      "device": str(device), "times": times, "max_error": max(errors),
                      "call_errors": errors, "tolerance": float(np.max(tol)),
                      "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
-                     "contributors": count, **_stream_counts(stats)})
+                     "contributors": count, **_stream_counts(stats), **_pools(passing)})
         dist.destroy_process_group()
     except Exception as e:
         out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
+
+
+def _pools(passing) -> dict:
+    """The leader's pool moves ([call, pool, window] each) and the window it ended in; {} for
+    the baselines."""
+    stream = getattr(passing, "stream", None)
+    if stream is None:
+        return {}
+    return {"pool_moves": [list(m) for m in stream.vote.moves],
+            "window": stream.streamer.cfg.window}
 
 
 def _stream_counts(stats) -> dict:
@@ -188,6 +211,10 @@ class RunOptions:
     global_batch: int = 0  # 0: 8 x ranks
     model: str = "digits-mlp"  # with train_steps: which MLP (bench.workloads.MODELS)
     eval_every: int = 0  # with train_steps: test accuracy every this many steps (0: at the end)
+    # Where the leader re-reads the job's parameters to learn of a live resize: this file, or
+    # (None) the environment's source; every pool_poll seconds (0: never).
+    params_file: str | None = None
+    pool_poll: float = 2.0
 
 
 def _reports(out, procs: list, budget: float) -> list[dict]:
@@ -309,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"(hosts: {', '.join(params.host_names)})")
     if args.iters < 1:
         ap.error("--iters must be at least 1")
+    try:
+        poll = pool_poll()
+    except JobSourceError as e:
+        ap.error(str(e))
     if args.strategy in ("passing", "ina") and params.mode != args.strategy:
         ap.error(f"--strategy {args.strategy}: job {params.job_id} was created in mode "
                  f"{params.mode} (passing-ctl job create --mode {args.strategy})")
@@ -325,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                       ifname=args.ifname, rendezvous_port=args.rendezvous_port,
                       rendezvous_timeout=args.rendezvous_timeout, train_steps=args.train,
                       global_batch=args.global_batch, model=args.model,
-                      eval_every=args.eval_every)
+                      eval_every=args.eval_every, params_file=args.params, pool_poll=poll)
     res = run(params, args.host, opts)
     if args.json:
         print(json.dumps(res))

@@ -85,6 +85,9 @@ def test_bad_arguments_exit_2(params_file):
         p = agent("--params", str(params_file), *args)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 2 and message in err, err
+    p = agent("--params", str(params_file), "--host", "h1", env={"PASSING_POOL_POLL": "-1"})
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "PASSING_POOL_POLL='-1': seconds between reads" in err, err
 
 
 def test_parameters_of_the_old_format_are_refused_with_how_to_regenerate(tmp_path):

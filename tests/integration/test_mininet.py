@@ -374,6 +374,37 @@ def test_a_host_killed_mid_training_fails_every_other_rank(network):
     assert time.monotonic() - start < 200
 
 
+def test_passing_agent_follows_a_resize_written_to_its_params_file(network, monkeypatch):
+    """passing-agent's leaders re-read their --params file (every PASSING_POOL_POLL seconds):
+    rewritten mid-run after a resize (as `passing-ctl job resize --params-out` does), every
+    host moves to the new pool after the same call, every call before and after sums
+    correctly, and the old pool is freed once every host uses the new one."""
+    monkeypatch.setenv("PASSING_POOL_POLL", "0.2")  # the agents inherit it
+    pnet = network("star")
+    path = pnet.create_job(1, window=16)
+    out = {}
+    runner = threading.Thread(target=lambda: out.update(pnet.allreduce("4K", iters=150)))
+    start = time.monotonic()
+    runner.start()
+    while pnet.ctl.stats(1)["s1"]["job_results"] < 20:
+        assert runner.is_alive() and time.monotonic() - start < 200, out
+        time.sleep(0.2)
+    pnet.ctl.resize_job(1, 4)
+    fresh = path.with_suffix(".new")
+    fresh.write_text(pnet.ctl.agent_params(1).to_json() + "\n")
+    fresh.replace(path)  # whole, never half written
+    runner.join(600)
+    assert not runner.is_alive()
+    assert set(out) == {"h1", "h2", "h3", "h4"}
+    assert all(r.get("ok") and r["correct"] for r in out.values()), out
+    moves = {json.dumps(r["pool_moves"]) for r in out.values()}
+    assert len(moves) == 1, f"the hosts moved after different calls: {moves}"
+    assert [m[1:] for m in out["h1"]["pool_moves"]] == [[1, 4]]
+    assert all(r["window"] == 4 for r in out.values())
+    move = pnet.ctl.retire_pools(1)
+    assert not move.pending and sorted(move.moved) == ["h1", "h2", "h3", "h4"], move
+
+
 def test_a_job_resized_while_it_trains_moves_and_frees_its_old_pools(network):
     """passing-ctl job resize's path end to end on two levels: while 4 hosts x 2 ranks train
     through both racks, the controller moves the job from 16 to 4 slots per switch; the
