@@ -23,8 +23,10 @@ time in its functions' default arguments.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -40,10 +42,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 OUT = Path(os.environ["OUT_DIR"])
 RANK = int(os.environ["RANK"])
+# The test sends SIGUSR1 to a run that hangs (to the ranks that wrote their pid, after this
+# line): every thread's Python stack goes to the node log.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def put(name: str, value: object) -> None:
     (OUT / f"rank{RANK}.{name}.json").write_text(json.dumps(value))
+
+
+put("pid", os.getpid())
 
 
 def gloo_threads() -> list[str]:

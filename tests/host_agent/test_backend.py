@@ -5,8 +5,10 @@ tests/integration/test_mininet.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +60,24 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def native_stacks(pids: list[int]) -> str:
+    """Every thread's stack of each of `pids`, C++ frames included (gdb), where gdb is here."""
+    if shutil.which("gdb") is None:
+        return "no stacks: gdb is not installed\n"
+    out = []
+    for pid in pids:
+        try:
+            res = subprocess.run(["gdb", "-batch", "-p", str(pid), "-ex", "thread apply all bt 25"],
+                                 capture_output=True, text=True, timeout=60)
+            text = res.stdout
+        except (subprocess.TimeoutExpired, OSError) as e:
+            text = f"gdb failed: {e}"
+        # Only the frames: gdb's symbol-loading chatter is most of its output.
+        frames = [line[:240] for line in text.splitlines() if line.startswith(("Thread ", "#"))]
+        out.append(f"== pid {pid}\n" + "\n".join(frames))
+    return "\n".join(out) + "\n"
+
+
 class Run:
     """Both torchrun nodes of one run, each in its own process group (so that the test can
     kill one node whole), killed whatever happens."""
@@ -83,7 +103,9 @@ class Run:
                 cwd=tmp))
 
     def wait(self, timeout: float) -> list[int | None]:
-        """Exit codes (None: still running at the deadline, then killed)."""
+        """Exit codes (None: still running at the deadline, then killed). A run still going at
+        the deadline first has every process's threads' stacks written to stacks.txt beside
+        the nodes' logs (logs() shows them): a rare hang is diagnosed from the run that hit it."""
         deadline = time.monotonic() + timeout
         codes = []
         for p in self.procs:
@@ -91,6 +113,15 @@ class Run:
                 codes.append(p.wait(max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 codes.append(None)
+        if None in codes:
+            pids = [pid for p in self.procs if p.poll() is None for pid in descendants(p.pid)]
+            for r in range(HOSTS * LOCAL):  # the ranks that can print their Python stacks do
+                pid = self.read(r, "pid")
+                if pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGUSR1)
+            time.sleep(1)
+            (self.out.parent / "stacks.txt").write_text(native_stacks(pids))
         self.kill()
         return codes
 
@@ -137,7 +168,14 @@ def launch(tmp_path, switch):
 
 
 def logs(tmp: Path) -> str:
-    return "\n".join(p.read_text()[-3000:] for p in sorted(tmp.glob("node*.log")))
+    text = "\n".join(p.read_text()[-3000:] for p in sorted(tmp.glob("node*.log")))
+    stacks = tmp / "stacks.txt"
+    if stacks.exists():  # a hang: where every thread was (the gloo and c10d frames matter)
+        lines = [line for line in stacks.read_text().splitlines()
+                 if line.startswith(("==", "Thread ")) or any(
+                     k in line for k in ("gloo", "c10d", "wait", "Py_", "pthread_cond"))]
+        text += "\n-- stacks at the deadline --\n" + "\n".join(lines)[-12000:]
+    return text
 
 
 def test_collectives_through_the_switch_and_delegated(launch, switch, tmp_path):
