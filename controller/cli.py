@@ -366,8 +366,7 @@ def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
         parts += ["drops:\n" + _table(drops, list(drops[0])),
                   "switch-wide drops (no job's row):\n"
                   + _table(switch_rows, list(switch_rows[0]))]
-    unread = _unread(res)
-    if unread:
+    if unread:  # filled by ctl.stats: the same switches and reasons as the rows' "error"
         parts.append("not read:\n" + "\n".join(f"  {sw}: {why}" for sw, why in unread.items()))
     return res, "\n\n".join(parts)
 
