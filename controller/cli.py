@@ -165,12 +165,13 @@ QUORUM_HELP = ("how many of a slot's contributions a host that waited long enoug
 
 PATIENCE_HELP = ("for the host agents: seconds a round waits for the other hosts before a host "
                  "asks the switch to close it with the quorum; MIN..MAX: adaptive, the time "
-                 "rounds with every host in time take, within those bounds. Agents read it "
-                 "when their session starts; their PASSING_PATIENCE overrides it. Default: "
-                 "never ask (every round waits for everyone)")
+                 "rounds with every host in time take, within those bounds. Running agents "
+                 "that poll their parameters change to a new one after the same call; their "
+                 "PASSING_PATIENCE overrides it. Default: never ask (every round waits for "
+                 "everyone)")
 STALENESS_HELP = ("for the host agents: calls in a row that may leave some GPU out before one "
-                  "waits for everyone; read when their session starts (PASSING_STALENESS "
-                  "overrides it)")
+                  "waits for everyone; running agents change to a new one after the same call "
+                  "(PASSING_STALENESS overrides it)")
 
 
 def _patience(text: str) -> tuple[float, ...]:
@@ -433,12 +434,15 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         spec = JobSpec.from_dict(rec.spec)
         per = ctl.quorums(args.job_id)
         rows = [{"switch": sw, **q} for sw, q in per.items()]
-        agents = {"patience": list(spec.patience), "staleness": spec.staleness}
+        agents = {"patience": list(spec.patience), "staleness": spec.staleness,
+                  "policy": spec.policy}
         return {"job_id": args.job_id, "quorum": per, "agents": agents}, (
             f"job {args.job_id}: " + ("rounds wait for everyone" if not spec.quorum else
                                       f"quorum {','.join(map(str, spec.quorum))}")
-            + f"; agents: {_patience_text(spec.patience)}, staleness {spec.staleness} (read "
-            "when a session starts)\n" + _table(rows, ["switch", "fan_in", "quorum"]))
+            + f"; agents: {_patience_text(spec.patience)}, staleness {spec.staleness} (policy "
+            f"{spec.policy}: running agents change to it after the same call, within their "
+            "PASSING_POOL_POLL; new ones start with it)\n"
+            + _table(rows, ["switch", "fan_in", "quorum"]))
     if args.job_cmd == "resize":
         return resize(ctl, args)
     if args.job_cmd == "delete":

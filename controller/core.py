@@ -376,11 +376,15 @@ class Controller:
                    staleness: int | None = None) -> JobRecord:
         """Change what is given (None: left as it is): the quorum, live on the switches (see
         set_quorum); the agents' patience and staleness bound, in the parameters agents read
-        when their session starts (`passing-ctl serve`)."""
+        (`passing-ctl serve`), under a new policy number: running agents that poll their
+        parameters change to it after the same call (host_agent.pool_move)."""
         rec = self.job(job_id)
         spec = JobSpec.from_dict(rec.spec)
         change = {k: v for k, v in (("quorum", quorum), ("patience", patience),
                                      ("staleness", staleness)) if v is not None}
+        if (patience is not None and tuple(patience) != spec.patience) \
+                or (staleness is not None and staleness != spec.staleness):
+            change["policy"] = spec.policy + 1  # running agents vote on it (pool_move)
         try:
             spec = dataclasses.replace(spec, **{k: tuple(v) if isinstance(v, list | tuple)
                                                 else v for k, v in change.items()})
@@ -461,7 +465,8 @@ class Controller:
         return JobParams(job_id, spec.mode, spec.session_key,
                          switch_udp_port=P.PASSING_UDP_PORT, agent_udp_port=spec.udp_port,
                          window=window, hosts=tuple(hosts),
-                         patience=spec.patience, staleness=spec.staleness, pool=epoch)
+                         patience=spec.patience, staleness=spec.staleness, pool=epoch,
+                         policy=spec.policy)
 
     def resize_job(self, job_id: int, window: int,
                    min_window: int | None = None) -> JobRecord:

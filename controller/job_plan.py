@@ -62,9 +62,12 @@ class JobSpec:
     # The agents' side of a quorum, handed to them in their parameters (docs/pytorch.md):
     # seconds a round waits before a host asks to close it, (P,) fixed, (MIN, MAX) adaptive,
     # () never (every round waits for everyone); and how many calls in a row may leave some
-    # GPU out before one waits for everyone. Agents read them when their session starts.
+    # GPU out before one waits for everyone. Running agents change to new ones after the same
+    # call (host_agent.pool_move); `policy` counts the changes (`passing-ctl job set`), so
+    # that agents can tell which of two policies is the newer.
     patience: tuple[float, ...] = ()
     staleness: int = 1
+    policy: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.job_id <= 0xFFFF:

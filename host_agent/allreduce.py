@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from host_agent.fixed_point import NonFiniteError
-from host_agent.pool_move import PooledStreamer
+from host_agent.pool_move import Policy, PooledStreamer
 from host_agent.session import agree_in_group
 from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
@@ -36,7 +36,9 @@ from passing.contract import JobParams
 _OK, _NONFINITE, _TIMEOUT, _OTHER = 0, 1, 2, 3
 _MESSAGES = {_NONFINITE: "NaN or Inf in the gradients", _TIMEOUT: "the switch did not answer",
              _OTHER: "the leader failed"}
-_STATUS_BYTES = 512  # the status code, then the leader's message (utf-8, cut to fit)
+# The status code, whether the next calls may close rounds without everyone (a live policy
+# change reaches the other local ranks so), then the leader's message (utf-8, cut to fit).
+_STATUS_BYTES = 512
 NONFINITE_POLICIES = ("raise", "propagate")
 
 
@@ -77,7 +79,7 @@ class PassingAllreduce:
                  transport: Transport | None = None, *, session: int | None = None,
                  nonfinite: str = "raise",
                  params_source: Callable[[], JobParams] | None = None, poll: float = 2.0,
-                 **stream_options):
+                 policy: Policy | None = None, **stream_options):
         """params: the job's agent parameters (JobParams.load of passing-ctl's --params-out, or
         JobParams.from_dict of 'agent_params' in passing-ctl job show --json);
         host: this server's name in them; group: the local ranks (default: the whole world,
@@ -92,7 +94,9 @@ class PassingAllreduce:
         params_source: where the leader polls the job's parameters every `poll` seconds, to
         learn of a live resize (`passing-ctl job resize`; host_agent.pool_move): e.g.
         `lambda: host_agent.job_source.params_from_env()`. Without one, the pool stays the one
-        in `params`."""
+        in `params`; policy: the patience and staleness bound (StreamConfig's fields) to use
+        under newer parameters polled there (a live `passing-ctl job set`), the same rule on
+        every host; None: the `stream_options` given stay."""
         # Refused here, on every rank: a wrong job would leave the leader waiting on the switch.
         h = params.host(host)
         if params.mode != "passing":
@@ -121,7 +125,7 @@ class PassingAllreduce:
             cfg = StreamConfig(params.job_id, h.contributor_id, params.window,
                                params.streams, self.session,
                                local_gpus=self.local_size, **stream_options)
-            self.stream = PooledStreamer(cfg, transport, params, params_source, poll)
+            self.stream = PooledStreamer(cfg, transport, params, params_source, poll, policy)
 
     @property
     def streamer(self) -> SlotStreamer | None:
@@ -161,13 +165,15 @@ class PassingAllreduce:
             status = torch.zeros(_STATUS_BYTES, dtype=torch.uint8, device=work.device)
             if self.is_leader:
                 code, message = self._through_switch(local_sum, work, divide_by)
-                encoded = message.encode()[:_STATUS_BYTES - 1]
+                encoded = message.encode()[:_STATUS_BYTES - 2]
                 status[0] = code
-                status[1:1 + len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+                status[1] = self.stream is not None and self.stream.cfg.patience is not None
+                status[2:2 + len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
             self._local.broadcast([status], _from_leader()).wait()
             code = int(status[0])
+            self.quorum_mode = bool(status[1])
             if code != _OK:
-                message = bytes(status[1:].cpu().tolist()).rstrip(b"\0").decode(errors="replace")
+                message = bytes(status[2:].cpu().tolist()).rstrip(b"\0").decode(errors="replace")
                 raise AllreduceError(message or _MESSAGES[code])
             self._local.broadcast([work], _from_leader()).wait()
             if work is not t:
@@ -182,6 +188,8 @@ class PassingAllreduce:
             return _OTHER, "this PassingAllreduce is closed (its process group was destroyed)"
         flat = local_sum.detach().to("cpu", torch.float64).numpy().ravel()
         complete = self.stream.cfg.complete
+        # This call's policy: a live change (pool_move) applies from the next call on.
+        quorum = self.stream.cfg.patience is not None
         try:
             result = torch.from_numpy(self.stream.allreduce(flat).reshape(out.shape))
             counts = self.stream.last_counts
@@ -196,11 +204,12 @@ class PassingAllreduce:
             return _TIMEOUT, str(e)
         except Exception as e:  # any other failure must not leave the others waiting
             return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
-        if self.stream.cfg.patience is not None and np.any(counts < complete):
+        if quorum and np.any(counts < complete):
             # A round closed by a quorum (docs/protocol.md) holds fewer GPUs' values: scaled
             # to the full sum they estimate, so that an average (AVG, DDP's division by the
             # world size) is the mean of the gradients that made it, as in backup-worker SGD.
-            # Only in quorum mode (the same on every rank, checked at start): a bulk-
+            # Only in quorum mode (the same on every host in every call: checked at start, and
+            # a live change applies after the same call everywhere, pool_move): a bulk-
             # synchronous sum is never scaled, whatever total it was told to expect.
             scale = complete / np.maximum(counts, 1)
             result *= torch.from_numpy(scale.reshape(result.shape))

@@ -37,7 +37,9 @@ from torch.distributed import PrefixStore
 
 from host_agent.allreduce import PassingAllreduce
 from host_agent.job_source import params_from_env, pool_poll, this_host
+from host_agent.pool_move import Policy
 from host_agent.session import _to_signed, new_session
+from host_agent.stream import StreamConfig
 from passing._torch_autoload import BACKEND
 from passing.contract import JobParams, parse_patience
 
@@ -118,7 +120,9 @@ def _check_layout(params: JobParams, reports: list[dict]) -> dict[int, list[int]
             "node the same PASSING_JOB and PASSING_CONTROLLER (or PASSING_PARAMS)")
     # Ranks that close rounds differently would scale short sums differently and disagree on
     # the staleness bound: their replicas would drift apart without an error.
-    quorum = [(x.get("patience"), x.get("staleness")) for x in reports]
+    # Which of the two the environment sets matters too: it wins over a live change of the
+    # job's policy (live_policy), so ranks that agree only by chance would part at the change.
+    quorum = [(x.get("patience"), x.get("staleness"), x.get("policy_env")) for x in reports]
     other = next((r for r, q in enumerate(quorum) if q != quorum[0]), None)
     if other is not None:
         raise PassingInitError(
@@ -348,6 +352,18 @@ def stream_options(timeout: timedelta, env: Mapping[str, str] = os.environ,
     return options
 
 
+def live_policy(env: Mapping[str, str]) -> Policy:
+    """The patience and staleness bound a rank changes to when the job's policy changes while
+    it runs (`passing-ctl job set`; host_agent.pool_move): what stream_options gives for the
+    new parameters, so PASSING_PATIENCE and PASSING_STALENESS still win over the job's."""
+    def rule(params: JobParams) -> dict:
+        options = stream_options(timedelta(0), env, params)
+        return {"patience": options.get("patience"),
+                "patience_min": options.get("patience_min"),
+                "staleness": options.get("staleness", StreamConfig.staleness)}
+    return rule
+
+
 def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
     """This rank's half of the start-up check: its node, host and job, or the error it met."""
     try:
@@ -365,7 +381,8 @@ def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
     return ({"node": layout.node, "host": host, "local_size": layout.local_size,
              "job": params.job_id, "digest": params_digest(params),
              "patience": [options.get("patience_min"), options.get("patience")],
-             "staleness": options.get("staleness")},
+             "staleness": options.get("staleness"),
+             "policy_env": [name in env for name in ("PASSING_PATIENCE", "PASSING_STALENESS")]},
             (params, host, options))
 
 
@@ -401,7 +418,8 @@ def create_process_group(store: dist.Store, rank: int, size: int,
         env = dict(os.environ)
         pg.passing = PassingAllreduce(params, host, local, session=int(session.item()) & (
             (1 << 64) - 1), nonfinite="propagate", total_gpus=size,
-            params_source=lambda: params_from_env(env), poll=pool_poll(env), **options)
+            params_source=lambda: params_from_env(env), poll=pool_poll(env),
+            policy=live_policy(env), **options)
     except (OSError, RuntimeError, ValueError) as e:  # e.g. the leader cannot bind its port
         error = f"{type(e).__name__}: {e}"
     _agree(store, "passing/ready", rank, size, {"error": error, "host": host}, timeout)

@@ -1,22 +1,31 @@
-"""Live pool resizing, the agents' side: when the hosts move to the pool `passing-ctl job resize`
-installed, and to which.
+"""Live pool resizing and live policy changes, the agents' side: when the hosts move to the pool
+`passing-ctl job resize` installed, or to the patience and staleness bound `passing-ctl job set`
+gave, and to which.
 
 The controller installs the new pool beside the old one (the other FLAG_POOL) and raises the
-job's `pool` in its parameters; the agents learn it by polling their parameter source. They
-must then all change pools at the same call: a host that streamed a call into the other pool, or
-with another window, would have its fragments summed with the wrong ones. So every call carries
-a vote in one fragment of its own, after the tensor's:
+job's `pool` in its parameters; a new policy raises its `policy`. The agents learn of both by
+polling their parameter source. They must then all change at the same call: a host that
+streamed a call into the other pool, or with another window, would have its fragments summed
+with the wrong ones, and hosts that count short calls against different staleness bounds no
+longer agree on which call waits for everyone. So every call carries a vote in one fragment
+of its own, after the tensor's: each host votes for the newest parameters it holds (its
+current ones until it learns of newer):
 
     lane 0: 1 from every host (so the fragment is never all zeros: see SlotStreamer.calls_ready)
-    lane 1: v = 1 from a host that knows the next pool (pool + 1, window W), else 0
-    lanes 2 + 2k, 3 + 2k: v * d_k and v * d_k^2, d_k the k-th base-16 digit of W (k < 4)
+    then for each digit d of what it votes for, two lanes: d and d^2. The digits: the 8
+      base-16 digits of the pool number, the 4 of the window, the 8 of the policy number
 
-and the hosts move after the call whose sums say that all n hosts are in, all n voted, and
-for every digit n * sum(d^2) == sum(d)^2, which holds only if every host's digit is the same
-(Cauchy-Schwarz): so all voted for the same window. Every host reads the same sums, so every
-host decides alike; a round closed by a quorum holds fewer votes, and nobody moves. Digits keep
-every lane's sum below 2**S for up to 1024 hosts, so the fixed point carries them exactly
-(host_agent.fixed_point).
+and the hosts change after the call whose sums say that all n hosts are in and, for every
+digit, n * sum(d^2) == sum(d)^2, which holds only if every host's digit is the same
+(Cauchy-Schwarz): so all voted for the same pool, window and policy; a host changes if that is
+newer than what it holds. Every host reads the same sums, so every host decides alike; a round
+closed by a quorum holds fewer votes, and nobody changes. Digits keep every lane's sum below
+2**S for up to 1024 hosts, so the fixed point carries them exactly (host_agent.fixed_point).
+Voting for what it holds, not only for what is new, lets a host that was left behind (a forged
+vote made the others change without it) catch up: its vote for the same parameters is the one
+that was missing. A policy number names one patience and one staleness bound (the controller
+raises it whenever it changes either), so hosts that voted for the same number apply the same
+policy.
 
 The session is derived from the one the hosts agreed on, the pool number and the window
 (`pool_session`), in the first pool as after every move: hosts that hold different parameters
@@ -26,7 +35,9 @@ is never taken for one of the new pool; and the first call in the new pool waits
 (StreamConfig.wait_first), so no new round completes while a host may still be finishing its
 last call in the old one. The
 controller frees the old pool once every host has contributed to the new one
-(docs/protocol.md, "Live pool resizing").
+(docs/protocol.md, "Live pool resizing"). A policy change alone keeps the pool, the session
+and the rounds: only when hosts ask to close rounds changes (docs/protocol.md, "Live policy
+changes").
 """
 
 from __future__ import annotations
@@ -42,8 +53,16 @@ from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from passing import protocol as P
 from passing.contract import JobParams
 
-_DIGITS = 4  # base-16 digits of a window: pools have at most 65535 slots
-VOTE_LANES = 2 + 2 * _DIGITS
+_POOL_DIGITS = 8  # base-16 digits of a pool number (JobParams.pool: 31 bits)
+_WINDOW_DIGITS = 4  # ... of a window: pools have at most 65535 slots
+_POLICY_DIGITS = 8  # ... of a policy number (JobParams.policy: 31 bits)
+_DIGIT_COUNT = _POOL_DIGITS + _WINDOW_DIGITS + _POLICY_DIGITS
+VOTE_LANES = 1 + 2 * _DIGIT_COUNT
+
+# What a change of policy sets in a host's StreamConfig (SlotStreamer.set_policy), from the
+# parameters it changes to: the caller's rule (the `passing` backend's lets PASSING_PATIENCE
+# and PASSING_STALENESS win over the job's, as at start).
+Policy = Callable[[JobParams], dict]
 
 
 def vote_offset(n: int) -> int:
@@ -65,27 +84,43 @@ def pool_session(session: int, pool: int, window: int) -> int:
     return int.from_bytes(h.digest()[:8], "big") or 1
 
 
-def _digits(window: int) -> list[int]:
-    return [(window >> (4 * k)) & 0xF for k in range(_DIGITS)]
+def _digits(params: JobParams) -> list[int]:
+    """What a host votes with when it votes for `params`."""
+    return [(value >> (4 * k)) & 0xF
+            for value, count in ((params.pool, _POOL_DIGITS), (params.window, _WINDOW_DIGITS),
+                                 (params.policy, _POLICY_DIGITS))
+            for k in range(count)]
 
 
 def _same_job(a: JobParams, b: JobParams) -> bool:
-    """Parameters of the same job that a resize may have produced: only the window and the
-    pool change."""
+    """Parameters of the same job that a resize or `job set` may have produced: only the
+    window, the pool and the agents' policy change."""
     return (a.job_id, a.mode, a.session_key, a.switch_udp_port, a.agent_udp_port, a.hosts,
             a.values_per_packet) == (b.job_id, b.mode, b.session_key, b.switch_udp_port,
                                      b.agent_udp_port, b.hosts, b.values_per_packet)
 
 
+def _newer(params: JobParams, current: JobParams) -> bool:
+    """`params` is what `current` may change to: the same job, in the next pool (any newer
+    policy with it) or in the same pool and window under a newer policy."""
+    if not _same_job(params, current) or params.policy < current.policy:
+        return False
+    if params.pool == current.pool + 1:
+        return True
+    return (params.pool == current.pool and params.window == current.window
+            and params.policy > current.policy)
+
+
 class PoolVote:
-    """The leader's view of the job's pool: the one it streams in (`params`), the next one it
-    learned of (polling `source` every `poll` seconds, in a thread), and the votes."""
+    """The leader's view of the job's parameters: those it streams with (`params`), newer ones
+    it learned of (polling `source` every `poll` seconds, in a thread), and the votes."""
 
     def __init__(self, params: JobParams, source: Callable[[], JobParams] | None = None,
                  poll: float = 2.0):
         self.params = params
         self.calls = 0
-        self.moves: list[tuple[int, int, int]] = []  # (call, pool, window) of every move
+        self.moves: list[tuple[int, int, int]] = []  # (call, pool, window) of every pool move
+        self.policies: list[tuple[int, int]] = []  # (call, policy) of every policy change
         self._source = source
         self._next: JobParams | None = None
         self._voted: JobParams | None = None
@@ -97,9 +132,9 @@ class PoolVote:
             self._thread.start()
 
     def offer(self, params: JobParams) -> bool:
-        """Take `params` as the next pool if it is the one after the current pool of this very
-        job; whether it was taken."""
-        if params.pool != self.params.pool + 1 or not _same_job(params, self.params):
+        """Take `params` as the ones to vote for if the current ones may change to them (the
+        next pool of this very job, or a newer policy); whether they were taken."""
+        if not _newer(params, self.params):
             return False
         self._next = params
         return True
@@ -108,7 +143,7 @@ class PoolVote:
         while not self._stop.wait(every):
             try:
                 fresh = self._source()
-            except Exception:  # noqa: BLE001 - an unreachable controller: keep the pool we have
+            except Exception:  # noqa: BLE001 - an unreachable controller: keep what we have
                 continue
             self.offer(fresh)
 
@@ -118,34 +153,34 @@ class PoolVote:
         out = np.zeros(call_size(n), dtype=np.float64)
         out[:n] = flat
         nxt = self._next
-        self._voted = nxt if nxt is not None and nxt.pool == self.params.pool + 1 else None
+        self._voted = nxt if nxt is not None and _newer(nxt, self.params) else self.params
         lanes = out[vote_offset(n):]
         lanes[0] = 1.0
-        if self._voted is not None:
-            lanes[1] = 1.0
-            for k, d in enumerate(_digits(self._voted.window)):
-                lanes[2 + 2 * k], lanes[3 + 2 * k] = d, d * d
+        for k, d in enumerate(_digits(self._voted)):
+            lanes[1 + 2 * k], lanes[2 + 2 * k] = d, d * d
         return out
 
     def decide(self, sums: np.ndarray, counts: np.ndarray, complete: int,
                streams: int) -> JobParams | None:
-        """After a call: the pool every host moves to now, from the call's vote lanes (`sums`,
-        and the GPUs each holds, `counts`), or None to stay."""
+        """After a call: the parameters every host changes to now, from the call's vote lanes
+        (`sums`, and the GPUs each holds, `counts`), or None to stay."""
         voted, self._voted = self._voted, None
         self.calls += 1
         lanes = [int(v) for v in np.rint(sums[:VOTE_LANES])]
-        present, votes = lanes[0], lanes[1]
-        if (voted is None or present != streams or votes != streams
+        if (voted is None or voted is self.params or lanes[0] != streams
                 or np.any(counts[:VOTE_LANES] < complete)):
             return None
-        for k, d in enumerate(_digits(voted.window)):
-            s1, s2 = lanes[2 + 2 * k], lanes[3 + 2 * k]
-            if votes * s2 != s1 * s1 or s1 != votes * d:
+        for k, d in enumerate(_digits(voted)):
+            s1, s2 = lanes[1 + 2 * k], lanes[2 + 2 * k]
+            if streams * s2 != s1 * s1 or s1 != streams * d:
                 return None
-        self.params = voted
+        before, self.params = self.params, voted
         if self._next is voted:
             self._next = None
-        self.moves.append((self.calls, voted.pool, voted.window))
+        if voted.pool != before.pool:
+            self.moves.append((self.calls, voted.pool, voted.window))
+        if voted.policy != before.policy:
+            self.policies.append((self.calls, voted.policy))
         return voted
 
     def close(self) -> None:
@@ -156,16 +191,20 @@ class PoolVote:
 
 class PooledStreamer:
     """A host's stream through whichever pool its job is in: the SlotStreamer of the current
-    pool, every call carrying this host's vote, and the move to the next pool after the call
-    whose votes say so. `cfg` is the stream's configuration in the first pool (its `pool` is
-    taken from `params`)."""
+    pool, every call carrying this host's vote, and the change to newer parameters (the next
+    pool, a newer policy) after the call whose votes say so. `cfg` is the stream's
+    configuration in the first pool (its `pool` is taken from `params`); `policy` gives the
+    patience and staleness bound of the parameters it changes to (None: the ones in `cfg`
+    stay, whatever the job's policy becomes)."""
 
     def __init__(self, cfg: StreamConfig, transport: Transport, params: JobParams,
-                 source: Callable[[], JobParams] | None = None, poll: float = 2.0):
+                 source: Callable[[], JobParams] | None = None, poll: float = 2.0,
+                 policy: Policy | None = None):
         self.streamer = SlotStreamer(dataclasses.replace(
             cfg, window=params.window, pool=params.pool & 1,
             session=pool_session(cfg.session, params.pool, params.window)), transport)
         self.vote = PoolVote(params, source, poll)
+        self.policy = policy
         self.last_counts = np.zeros(0, dtype=np.int64)
 
     @property
@@ -174,19 +213,25 @@ class PooledStreamer:
 
     def allreduce(self, flat: np.ndarray) -> np.ndarray:
         """SlotStreamer.allreduce of the 1-d `flat`, in the job's current pool; `last_counts`
-        the GPUs each element's sum holds. A move happens after the call, never during it."""
+        the GPUs each element's sum holds. A change happens after the call, never during it."""
         n, cfg = flat.size, self.streamer.cfg
+        before = self.vote.params
         total = self.streamer.allreduce(self.vote.with_vote(flat))
         counts = self.streamer.last_counts
         votes = slice(vote_offset(n), None)
         moving = self.vote.decide(total[votes], counts[votes], cfg.complete, cfg.streams)
         self.last_counts = counts[:n]
-        if moving is not None:
+        if moving is None:
+            return total[:n]
+        rules = self.policy(moving) if self.policy is not None else {}
+        if moving.pool != before.pool:
             self.streamer = SlotStreamer(dataclasses.replace(
                 cfg, window=moving.window, pool=moving.pool & 1,
                 session=pool_session(cfg.session, moving.pool, moving.window),
-                wait_first=True),
+                wait_first=True, **rules),
                 self.streamer.detach())
+        elif rules:
+            self.streamer.set_policy(**rules)
         return total[:n]
 
     def calls_ready(self, n: int) -> int:

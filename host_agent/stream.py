@@ -26,6 +26,7 @@ with a new session, which the switch keeps apart from this one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -256,9 +257,7 @@ class SlotStreamer:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         if cfg.patience is not None:
-            self._drainer = threading.Thread(target=self._drain, daemon=True,
-                                             name=f"passing-drain-{cfg.job_id}")
-            self._drainer.start()
+            self._start_reading()
         self.last_counts = np.zeros(0, dtype=np.int64)  # GPUs in each element of the last sum
         self._counts = np.zeros(0, dtype=np.int64)
         if cfg.pool not in (0, 1):
@@ -600,6 +599,22 @@ class SlotStreamer:
         if recv_rows is not None:
             return recv_rows(timeout)
         return packet.rows_of(self.transport.recv(timeout))
+
+    def _start_reading(self) -> None:
+        self._drainer = threading.Thread(target=self._drain, daemon=True,
+                                         name=f"passing-drain-{self.cfg.job_id}")
+        self._drainer.start()
+
+    def set_policy(self, patience: float | None, patience_min: float | None,
+                   staleness: int) -> None:
+        """Between calls: close rounds with this patience and staleness bound from the next
+        call on (a live `passing-ctl job set`, which every host applies after the same call:
+        host_agent.pool_move). The count of short calls in a row is kept, so the bound holds
+        across the change; so is what adaptive patience has measured."""
+        self.cfg = dataclasses.replace(self.cfg, patience=patience, patience_min=patience_min,
+                                       staleness=staleness)
+        if patience is not None and self._drainer is None and not self._stop.is_set():
+            self._start_reading()
 
     def detach(self) -> Transport:
         """Stop reading between calls and hand the transport over, open (to the streamer of

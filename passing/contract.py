@@ -126,10 +126,15 @@ class JobParams:
     # that pool's, and its low bit is the FLAG_POOL the job's packets carry (docs/protocol.md,
     # "Live pool resizing"). Optional in a file (older ones have none: 0).
     pool: int = 0
+    # How many times `passing-ctl job set` changed the patience or staleness above: agents
+    # that learn of a newer one while they run change to it after the same call (docs/
+    # protocol.md, "Live policy changes"). Optional in a file (older ones have none: 0).
+    policy: int = 0
 
     def __post_init__(self) -> None:
         _check_int("job_id", self.job_id, 1, 0xFFFF)
         _check_int("pool", self.pool, 0, 0x7FFFFFFF)
+        _check_int("policy", self.policy, 0, 0x7FFFFFFF)
         try:
             check_patience(self.patience)
         except ValueError as e:
@@ -238,7 +243,8 @@ class JobParams:
                 "agent_udp_port": self.agent_udp_port, "window": self.window,
                 "values_per_packet": self.values_per_packet,
                 "patience": list(self.patience), "staleness": self.staleness,
-                "pool": self.pool, "hosts": {h.name: h.to_dict() for h in self.hosts}}
+                "pool": self.pool, "policy": self.policy,
+                "hosts": {h.name: h.to_dict() for h in self.hosts}}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -259,7 +265,7 @@ class JobParams:
                               f"agent reads format {FORMAT_VERSION}: {regenerate} with the "
                               "controller of the same PASSING version as the agents")
         top = {f.name for f in fields(cls)}
-        optional = {"values_per_packet", "patience", "staleness", "pool"} - set(d)
+        optional = {"values_per_packet", "patience", "staleness", "pool", "policy"} - set(d)
         _check_keys("", d, top - optional | {"version"})
         if not isinstance(d["hosts"], dict):
             raise ParamsError("hosts: a JSON object of host name -> parameters")

@@ -88,12 +88,17 @@ def test_operator_session(switches_of, tmp_path, capsys):
     code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--patience", "0.02..0.1",
                        "--staleness", "3")
     assert code == 0 and "patience 0.02..0.1 s (adaptive), staleness 3" in out
-    assert "rounds wait for everyone" in out
+    assert "rounds wait for everyone" in out and "policy 1: running agents change to it" in out
     code, out, _ = ctl(capsys, cfg, "job", "show", "7", "--json")
     params = JobParams.from_dict(json.loads(out)["agent_params"])
     assert params.patience == (0.02, 0.1) and params.staleness == 3
+    assert params.policy == 1
     code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--patience", "none", "--json")
-    assert json.loads(out)["agents"] == {"patience": [], "staleness": 3}
+    assert json.loads(out)["agents"] == {"patience": [], "staleness": 3, "policy": 2}
+    # The same policy again, or a quorum alone, is no new policy for the agents to vote on.
+    for again in (["--staleness", "3"], ["--quorum", "1"]):
+        code, out, _ = ctl(capsys, cfg, "job", "set", "7", *again, "--json")
+        assert json.loads(out)["agents"]["policy"] == 2
 
     # User errors: one line on stderr, exit 3.
     for args, message in [

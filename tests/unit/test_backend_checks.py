@@ -15,6 +15,7 @@ import pytest
 from host_agent.backend import (
     PassingInitError,
     _check_layout,
+    live_policy,
     params_digest,
     stream_options,
     torchrun_layout,
@@ -96,6 +97,19 @@ def test_the_jobs_own_patience_and_staleness_apply_unless_the_environment_overri
         {"deadline": 60.0}
 
 
+def test_a_live_policy_change_follows_the_same_rule_as_the_start():
+    """What a rank changes to when `passing-ctl job set` changes the job's policy while it
+    runs: the job's new patience and staleness, except what the environment sets."""
+    params = dataclasses.replace(job(["h1", "h2"]), patience=(0.01, 0.1), staleness=3,
+                                 policy=4)
+    assert live_policy({})(params) == {"patience": 0.1, "patience_min": 0.01, "staleness": 3}
+    assert live_policy({"PASSING_PATIENCE": "0.5"})(params) == \
+        {"patience": 0.5, "patience_min": None, "staleness": 3}
+    assert live_policy({"PASSING_STALENESS": "0"})(params)["staleness"] == 0
+    # Back to bulk-synchronous: no patience, so no host asks to close a round.
+    assert live_policy({})(dataclasses.replace(params, patience=()))["patience"] is None
+
+
 def test_nodes_matching_the_hosts_give_each_node_its_ranks():
     nodes = _check_layout(job(["h1", "h2"]), reports((0, "h1", 2), (1, "h2", 2)))
     assert nodes == {0: [0, 1], 1: [2, 3]}
@@ -132,7 +146,10 @@ def test_ranks_closing_rounds_differently_are_refused():
     for r in same:
         r.update(patience=0.05, staleness=2)
     assert _check_layout(job(["h1", "h2"]), same) == {0: [0, 1], 1: [2, 3]}
-    for key, value in (("patience", None), ("patience", [0.01, 0.05]), ("staleness", 1)):
+    # Also where they agree only by chance: one sets PASSING_PATIENCE=0.05, the other takes
+    # the job's 0.05; a live change of the job's policy would part them.
+    for key, value in (("patience", None), ("patience", [0.01, 0.05]), ("staleness", 1),
+                       ("policy_env", [True, False])):
         mixed = [dict(r) for r in same]
         mixed[3][key] = value
         with pytest.raises(PassingInitError, match="rank 3 .host h2. has .*PASSING_PATIENCE|"
