@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "and so on (default 0: slow throughout)")
     ap.add_argument("--quorum", type=int, default=0,
                     help="hosts a round may close with at the hosts' switches (default: all "
-                         "but one)")
+                         "but one of the straggler's switch; the spine, if any, waits for "
+                         "every rack)")
     ap.add_argument("--patience", type=float, default=0.05,
                     help="fixed PASSING_PATIENCE, seconds (default 0.05)")
     ap.add_argument("--adaptive", default="0.005..0.05",
@@ -143,6 +144,20 @@ def replot(args: argparse.Namespace) -> int:
     return 0
 
 
+def straggler_quorum(topo, hosts: list[str], requested: int) -> tuple[int, str]:
+    """The quorum to set at the hosts' switches (`requested`, or 0: all but one) and how the
+    table names it. It is judged against the straggler's switch (the last host's: a ToR on
+    leafspine, with fewer hosts than the job), where a quorum above the fan-in would mean
+    "wait for everyone" and the run would measure bulk-synchronous under another name."""
+    rack = topo.hosts[hosts[-1]].rack
+    fan_in = sum(1 for h in hosts if topo.hosts[h].rack == rack)
+    quorum = requested or fan_in - 1
+    if not 1 <= quorum <= fan_in:
+        raise ValueError(f"--quorum {requested}: the straggler's switch {rack} has {fan_in} "
+                         f"hosts, so 1..{fan_in}")
+    return quorum, f"{quorum}/{fan_in}" + (" per ToR" if fan_in < len(hosts) else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.replot:
@@ -150,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     topo_path = topology_file(args.topo)
     topo = load(topo_path)
     hosts = list(topo.hosts)
-    quorum = args.quorum or len(hosts) - 1
+    try:
+        quorum, where = straggler_quorum(topo, hosts, args.quorum)
+    except ValueError as e:
+        print(f"stragglers: {e}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     pnet = PassingNetwork(topo, topo_path, args.target, args.out / "net")
     rows, everything = [], {}
@@ -183,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                     "compute_ms": args.compute_ms,
                     "slow_factor": args.slow_factor if setting.straggler else 1.0,
                     "slow_period": args.slow_period if setting.straggler else 0,
-                    "quorum": f"{quorum}/{len(hosts)}" if patience else "all",
+                    "quorum": where if patience else "all",
                     "patience_s": patience, "staleness": args.staleness if patience else None,
                     "catch_up": setting.catch_up if patience else None}
             rows.append(row)

@@ -6,7 +6,18 @@ from __future__ import annotations
 import pytest
 
 from bench.straggler_train import parse_args as train_args
-from bench.stragglers import SETTINGS, check, parse_args, summarize, table, time_to
+from bench.stragglers import (
+    SETTINGS,
+    check,
+    main,
+    parse_args,
+    straggler_quorum,
+    summarize,
+    table,
+    time_to,
+)
+from controller.topology import load
+from passing.pipeline_files import topology_file
 
 
 def rank(r: int, node: int, seconds: float, checksum: float = 1.5, skipped: int = 0) -> dict:
@@ -57,3 +68,16 @@ def test_a_varying_straggler_is_named_in_the_table_and_bad_periods_refused(tmp_p
         parse_args(["--out", str(tmp_path), "--slow-period", "-1"])
     with pytest.raises(SystemExit):
         train_args(["--slow-period", "-3"])
+
+
+def test_the_quorum_is_judged_at_the_stragglers_switch(tmp_path, capsys):
+    """On leafspine the straggler's ToR has 2 of the 4 hosts: 'all but one' is 1 there (the
+    spine waits for both racks). A quorum of 3 would mean everyone at that ToR, a
+    bulk-synchronous run under the quorum's name: refused before Mininet starts."""
+    star, leafspine = load(topology_file("star")), load(topology_file("leafspine"))
+    assert straggler_quorum(star, list(star.hosts), 0) == (3, "3/4")
+    assert straggler_quorum(leafspine, list(leafspine.hosts), 0) == (1, "1/2 per ToR")
+    assert straggler_quorum(leafspine, list(leafspine.hosts), 2) == (2, "2/2 per ToR")
+    assert main(["--topo", "leafspine", "--quorum", "3", "--out", str(tmp_path / "o")]) == 2
+    assert "switch tor2 has 2 hosts, so 1..2" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
