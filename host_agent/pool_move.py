@@ -225,11 +225,15 @@ class PooledStreamer:
             return total[:n]
         rules = self.policy(moving) if self.policy is not None else {}
         if moving.pool != before.pool:
+            old = self.streamer
             self.streamer = SlotStreamer(dataclasses.replace(
                 cfg, window=moving.window, pool=moving.pool & 1,
                 session=pool_session(cfg.session, moving.pool, moving.window),
                 wait_first=True, **rules),
-                self.streamer.detach())
+                old.detach())
+            # The host's counters go on across pools: a caller that holds them (passing-agent
+            # reports them at the end) sees the whole run.
+            self.streamer.stats = old.stats
         elif rules:
             self.streamer.set_policy(**rules)
         return total[:n]

@@ -200,6 +200,8 @@ def worker(rank: int, port: int, first: JobParams, path: str, until: int,
         import torch.distributed as dist
 
         passing = polling_allreduce(rank, port, first, path)
+        # Taken at the start, as passing-agent does: it must count the whole run.
+        stats = passing.streamer.stats if passing.stream is not None else None
         base = torch.arange(N, dtype=torch.float32) % 97
         wrong, calls, after_last = [], 0, 0
         flag = torch.zeros(1)
@@ -221,7 +223,8 @@ def worker(rank: int, port: int, first: JobParams, path: str, until: int,
         report = {"rank": rank, "wrong": wrong, "calls": calls}
         if passing.stream is not None:
             cfg = passing.streamer.cfg
-            report.update(moves=passing.stream.vote.moves, window=cfg.window, pool=cfg.pool)
+            report.update(moves=passing.stream.vote.moves, window=cfg.window, pool=cfg.pool,
+                          results=stats.results, same_stats=stats is passing.streamer.stats)
         passing.close()
         dist.destroy_process_group()
         out.put(report)
@@ -293,6 +296,8 @@ def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
     assert leaders[0]["moves"] == leaders[1]["moves"], "the hosts moved after different calls"
     assert [(p, w) for _, p, w in leaders[0]["moves"]] == [(1, 3), (2, 12)]
     assert all((x["window"], x["pool"]) == (12, 0) for x in leaders)
+    # Counters go on across pools: each call brings at least its 4 fragments' results.
+    assert all(x["same_stats"] and x["results"] >= 4 * x["calls"] for x in leaders), leaders
 
 
 # -- a live policy change: real processes, a straggler -----------------------------------------
