@@ -99,9 +99,10 @@ def _sleep_until(t: float) -> None:
 
 
 def leader_stats() -> dict:
-    """The host leader's stream counters (quorum mode) and the pools it streamed in (live
-    resizing: [call, pool, window] of every move), for the report; {} elsewhere. The
-    counters are the current pool's."""
+    """The host leader's stream counters (quorum mode, over the whole run), the pools it
+    streamed in (live resizing: [call, pool, window] of every move) and the policies it took
+    (live `job set`: [call, policy number] of every change, and the staleness bound at the
+    end), for the report; {} elsewhere."""
     passing = getattr(dist.group.WORLD, "passing", None)
     stream = getattr(passing, "stream", None)
     if stream is None:
@@ -112,7 +113,8 @@ def leader_stats() -> dict:
             "packets": st.packets, "retransmissions": st.retransmissions,
             "patience_end": streamer.patience_now(), "round_wait": streamer.wait_avg,
             "pool_moves": [list(m) for m in stream.vote.moves],
-            "window": streamer.cfg.window}
+            "policy_changes": [list(m) for m in stream.vote.policies],
+            "staleness_end": streamer.cfg.staleness, "window": streamer.cfg.window}
 
 
 def run(args: argparse.Namespace) -> dict:

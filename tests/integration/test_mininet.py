@@ -405,6 +405,43 @@ def test_passing_agent_follows_a_resize_written_to_its_params_file(network, monk
     assert not move.pending and sorted(move.moved) == ["h1", "h2", "h3", "h4"], move
 
 
+def test_a_policy_set_while_it_trains_reaches_every_host_at_the_same_call(network):
+    """passing-ctl job set's path end to end: 4 hosts x 2 ranks train on star with h4 4x
+    slower, bulk-synchronous; mid-run the controller sets quorum 3, patience 20 ms and
+    staleness 2. The agents (polling the parameter service) take the new policy after the same
+    call, rounds then close without h4 (short calls), and training ends on every rank with
+    one model."""
+    pnet = network("star")
+    pnet.create_job(1, window=16)
+    out = {}
+    trainer = threading.Thread(target=lambda: out.update(pnet.train(
+        1, script=REPO / "bench" / "straggler_train.py", timeout=400,
+        args=("--steps", "150", "--compute-ms", "30", "--eval-every", "50",
+              "--slow-node", "3", "--slow-factor", "4"),
+        env={"PASSING_POOL_POLL": "0.2"})))
+    start = time.monotonic()
+    trainer.start()
+    while pnet.ctl.stats(1)["s1"]["job_results"] < 20:
+        assert trainer.is_alive() and time.monotonic() - start < 200, out
+        time.sleep(0.2)
+    pnet.ctl.set_policy(1, quorum=(3,), patience=(0.02,), staleness=2)
+    assert pnet.ctl.agent_params(1).policy == 1
+    trainer.join(420)
+    assert not trainer.is_alive()
+    assert all(r["ok"] for r in out.values()), {h: r["error"] for h, r in out.items()}
+    ranks = _ranks(out)
+    assert [r["rank"] for r in ranks] == list(range(8))
+    assert len({r["param_checksum"] for r in ranks}) == 1, "the replicas differ"
+    leaders = [r for r in ranks if "policy_changes" in r]
+    assert len(leaders) == 4, ranks
+    changes = {json.dumps(r["policy_changes"]) for r in leaders}
+    assert len(changes) == 1, f"the hosts changed after different calls: {changes}"
+    [[call, policy]] = leaders[0]["policy_changes"]
+    assert policy == 1 and 0 < call < 150
+    assert all(r["staleness_end"] == 2 and r["short_calls"] > 0 for r in leaders), leaders
+    assert all(r["pool_moves"] == [] for r in leaders)
+
+
 def test_a_job_resized_while_it_trains_moves_and_frees_its_old_pools(network):
     """passing-ctl job resize's path end to end on two levels: while 4 hosts x 2 ranks train
     through both racks, the controller moves the job from 16 to 4 slots per switch; the
