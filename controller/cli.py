@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=PATIENCE_HELP + "; 'none': never ask")
     js.add_argument("--staleness", type=_staleness, default=None, metavar="S",
                     help=STALENESS_HELP)
+    js.add_argument("--params-out", default=None,
+                    help="also write the host agents' new job parameters (JSON) to this file "
+                         "(agents given a file re-read it)")
     rz = add("resize", "give a running job a new pool of another window, beside its current "
                        "one, which is freed once every host has moved to the new pool",
              jsub, "job resize")
@@ -165,13 +168,13 @@ QUORUM_HELP = ("how many of a slot's contributions a host that waited long enoug
 
 PATIENCE_HELP = ("for the host agents: seconds a round waits for the other hosts before a host "
                  "asks the switch to close it with the quorum; MIN..MAX: adaptive, the time "
-                 "rounds with every host in time take, within those bounds. Running agents "
-                 "that poll their parameters change to a new one after the same call; their "
+                 "rounds with every host in time take, within those bounds. Running agents of "
+                 "the passing backend change to a new one after the same call; their "
                  "PASSING_PATIENCE overrides it. Default: never ask (every round waits for "
                  "everyone)")
 STALENESS_HELP = ("for the host agents: calls in a row that may leave some GPU out before one "
-                  "waits for everyone; running agents change to a new one after the same call "
-                  "(PASSING_STALENESS overrides it)")
+                  "waits for everyone; running agents of the passing backend change to a new "
+                  "one after the same call (PASSING_STALENESS overrides it)")
 
 
 def _patience(text: str) -> tuple[float, ...]:
@@ -436,12 +439,15 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         rows = [{"switch": sw, **q} for sw, q in per.items()]
         agents = {"patience": list(spec.patience), "staleness": spec.staleness,
                   "policy": spec.policy}
+        if args.params_out:
+            Path(args.params_out).write_text(
+                json.dumps(ctl.agent_params(args.job_id).to_dict(), indent=2) + "\n")
         return {"job_id": args.job_id, "quorum": per, "agents": agents}, (
             f"job {args.job_id}: " + ("rounds wait for everyone" if not spec.quorum else
                                       f"quorum {','.join(map(str, spec.quorum))}")
             + f"; agents: {_patience_text(spec.patience)}, staleness {spec.staleness} (policy "
-            f"{spec.policy}: running agents change to it after the same call, within their "
-            "PASSING_POOL_POLL; new ones start with it)\n"
+            f"{spec.policy}: running agents of the passing backend change to it after the same "
+            "call, within their PASSING_POOL_POLL; new ones start with it)\n"
             + _table(rows, ["switch", "fan_in", "quorum"]))
     if args.job_cmd == "resize":
         return resize(ctl, args)

@@ -378,20 +378,28 @@ class Controller:
         set_quorum); the agents' patience and staleness bound, in the parameters agents read
         (`passing-ctl serve`), under a new policy number: running agents that poll their
         parameters change to it after the same call (host_agent.pool_move)."""
-        rec = self.job(job_id)
-        spec = JobSpec.from_dict(rec.spec)
-        change = {k: v for k, v in (("quorum", quorum), ("patience", patience),
-                                     ("staleness", staleness)) if v is not None}
-        if (patience is not None and tuple(patience) != spec.patience) \
-                or (staleness is not None and staleness != spec.staleness):
-            change["policy"] = spec.policy + 1  # running agents vote on it (pool_move)
-        try:
-            spec = dataclasses.replace(spec, **{k: tuple(v) if isinstance(v, list | tuple)
-                                                else v for k, v in change.items()})
-            job_plan = plan(spec, self.topo)
-        except JobError as e:
-            raise ControllerError(str(e)) from None
-        rec = self.store.set_spec(job_id, spec.to_dict())
+        self.job(job_id)  # an unknown job is refused with the jobs there are
+        job_plan = None
+
+        def change(recorded: dict) -> dict:
+            # Inside the store's write transaction: the policy number is raised from the spec
+            # as recorded, so two `job set`s at once never hand out one number twice.
+            nonlocal job_plan
+            spec = JobSpec.from_dict(recorded)
+            new = {k: tuple(v) if isinstance(v, list | tuple) else v
+                   for k, v in (("quorum", quorum), ("patience", patience),
+                                ("staleness", staleness)) if v is not None}
+            if (patience is not None and tuple(patience) != spec.patience) \
+                    or (staleness is not None and staleness != spec.staleness):
+                new["policy"] = spec.policy + 1  # running agents vote on it (pool_move)
+            try:
+                spec = dataclasses.replace(spec, **new)
+                job_plan = plan(spec, self.topo)
+            except JobError as e:
+                raise ControllerError(str(e)) from None
+            return spec.to_dict()
+
+        rec = self.store.update_spec(job_id, change)
         if quorum is None:
             return rec
         claims = self._guard_claims()

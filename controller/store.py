@@ -31,7 +31,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -316,8 +316,9 @@ class JobStore:
                      pools: Iterable[PoolRecord]) -> JobRecord:
         """Move job `job_id`, found at pool epoch `epoch`, to `pools` (one per switch it has):
         its current pools become retiring (under FLAG_POOL epoch & 1), the epoch goes up by one,
-        `spec` replaces its spec, and the job is marked installing until `resize_installed`;
-        the job as now recorded. Refused when the job has
+        its spec takes `spec`'s window and min_window (the rest stays as recorded now: a `job
+        set` made while the caller planned is kept), and the job is marked installing until
+        `resize_installed`; the job as now recorded. Refused when the job has
         retiring pools, was resized meanwhile (its epoch is no longer `epoch`), or when a new
         pool is on another switch, overlaps any pool of its switch (the job's own current one
         included) or reuses a generation."""
@@ -337,22 +338,24 @@ class JobStore:
                                  f"({', '.join(p.switch for p in job.pools)})")
             retiring = tuple(RetiringPool(p.switch, p.base, p.size, p.gen, job.pool_bit)
                              for p in job.pools)
-            new = JobRecord(job_id, spec, pools, job.created_at, epoch + 1, retiring,
-                            installing=True)
+            new = JobRecord(job_id, _resized(job.spec, spec), pools, job.created_at, epoch + 1,
+                            retiring, installing=True)
             _check_job(new)
             self._replace(db, new, job)
             return new
 
     def undo_resize(self, before: JobRecord) -> JobRecord:
         """Put back `before`, the job as it was before `begin_resize`, if that resize is still
-        what is recorded (epoch before.pool_epoch + 1); the job as now recorded."""
+        what is recorded (epoch before.pool_epoch + 1); the job as now recorded. Of the spec
+        only the window and min_window go back: a `job set` made meanwhile is kept."""
         with self._write() as db:
             job = _load_job(db, before.job_id)
             if job is None:
                 raise StoreError(f"no job {before.job_id}")
             if job.pool_epoch == before.pool_epoch + 1:
-                self._replace(db, before, job)
-                return before
+                restored = dataclasses.replace(before, spec=_resized(job.spec, before.spec))
+                self._replace(db, restored, job)
+                return restored
             return job
 
     def resize_installed(self, job_id: int, epoch: int) -> JobRecord | None:
@@ -390,13 +393,16 @@ class JobStore:
                    (_encode_spec(new), new.pool_epoch, int(new.installing), new.job_id))
         _insert_pools(db, new)
 
-    def set_spec(self, job_id: int, spec: dict) -> JobRecord:
-        """Replace a job's spec (its pools stay as they are); the job as now recorded."""
+    def update_spec(self, job_id: int, change: Callable[[dict], dict]) -> JobRecord:
+        """Replace a job's spec by `change(spec as recorded)`, in one write transaction, so two
+        controllers changing it at once cannot both start from the same spec (the policy
+        number `job set` raises must never name two policies); its pools stay as they are.
+        The job as now recorded; what `change` raises leaves the job as it was."""
         with self._write() as db:
             job = _load_job(db, job_id)
             if job is None:
                 raise StoreError(f"no job {job_id}")
-            new = dataclasses.replace(job, spec=spec)
+            new = dataclasses.replace(job, spec=change(job.spec))
             db.execute("UPDATE jobs SET spec = ? WHERE job_id = ?", (_encode_spec(new), job_id))
             return new
 
@@ -575,6 +581,15 @@ def _check_retiring(job: JobRecord) -> None:
         for ok, problem in checks:
             if not ok:
                 raise StoreError(f"{where}: {problem}")
+
+
+_RESIZED = ("window", "min_window")  # what a resize changes in a job's spec
+
+
+def _resized(now: dict, resize: dict) -> dict:
+    """Spec `now` with the window and min_window of `resize` (absent where it has none)."""
+    out = {k: v for k, v in now.items() if k not in _RESIZED}
+    return out | {k: resize[k] for k in _RESIZED if k in resize}
 
 
 def _encode_spec(job: JobRecord) -> str:

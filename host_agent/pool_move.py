@@ -124,6 +124,7 @@ class PoolVote:
         self._source = source
         self._next: JobParams | None = None
         self._voted: JobParams | None = None
+        self._lock = threading.Lock()  # `_next`: the poll thread offers, the caller votes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if source is not None and poll > 0:
@@ -133,11 +134,16 @@ class PoolVote:
 
     def offer(self, params: JobParams) -> bool:
         """Take `params` as the ones to vote for if the current ones may change to them (the
-        next pool of this very job, or a newer policy); whether they were taken."""
-        if not _newer(params, self.params):
-            return False
-        self._next = params
-        return True
+        next pool of this very job, or a newer policy) and are not older than the ones already
+        taken (a source that briefly serves older parameters changes nothing); whether they
+        were taken."""
+        with self._lock:
+            if not _newer(params, self.params) or (
+                    self._next is not None and params != self._next
+                    and _newer(self._next, self.params) and not _newer(params, self._next)):
+                return False
+            self._next = params
+            return True
 
     def _poll(self, every: float) -> None:
         while not self._stop.wait(every):
@@ -152,7 +158,8 @@ class PoolVote:
         n = flat.size
         out = np.zeros(call_size(n), dtype=np.float64)
         out[:n] = flat
-        nxt = self._next
+        with self._lock:
+            nxt = self._next
         self._voted = nxt if nxt is not None and _newer(nxt, self.params) else self.params
         lanes = out[vote_offset(n):]
         lanes[0] = 1.0
@@ -174,9 +181,10 @@ class PoolVote:
             s1, s2 = lanes[1 + 2 * k], lanes[2 + 2 * k]
             if streams * s2 != s1 * s1 or s1 != streams * d:
                 return None
-        before, self.params = self.params, voted
-        if self._next is voted:
-            self._next = None
+        with self._lock:
+            before, self.params = self.params, voted
+            if self._next is voted:
+                self._next = None
         if voted.pool != before.pool:
             self.moves.append((self.calls, voted.pool, voted.window))
         if voted.policy != before.policy:

@@ -255,6 +255,7 @@ class SlotStreamer:
         self._idle = threading.Event()
         self._idle.set()
         self._stop = threading.Event()
+        self._drain_stop = threading.Event()  # back to waiting for everyone (set_policy)
         self._drainer: threading.Thread | None = None
         if cfg.patience is not None:
             self._start_reading()
@@ -613,7 +614,14 @@ class SlotStreamer:
         across the change; so is what adaptive patience has measured."""
         self.cfg = dataclasses.replace(self.cfg, patience=patience, patience_min=patience_min,
                                        staleness=staleness)
-        if patience is not None and self._drainer is None and not self._stop.is_set():
+        if patience is None and self._drainer is not None:
+            # Nobody can close a round without this host now: nothing arrives between calls,
+            # and the reader would only compete with every call for the socket.
+            self._drain_stop.set()
+            self._drainer.join(5)
+            self._drainer = None
+        elif patience is not None and self._drainer is None and not self._stop.is_set():
+            self._drain_stop.clear()
             self._start_reading()
 
     def detach(self) -> Transport:
@@ -638,7 +646,7 @@ class SlotStreamer:
     def _drain(self) -> None:
         """Between calls: results that arrive are kept in `early` (the others may be closing
         rounds without this host), not left to overflow the socket's buffer."""
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._drain_stop.is_set():
             if not self._idle.wait(0.1):
                 continue
             with self._io:

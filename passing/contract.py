@@ -238,6 +238,14 @@ class JobParams:
 
     # -- JSON -----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        d = self._fields()
+        if not self.policy:
+            # Left out until a `job set` raises it, so agents of the release before it, which
+            # refuse unknown fields, still read a job nobody has changed.
+            del d["policy"]
+        return d
+
+    def _fields(self) -> dict[str, Any]:
         return {"version": FORMAT_VERSION, "job_id": self.job_id, "mode": self.mode,
                 "session_key": self.session_key, "switch_udp_port": self.switch_udp_port,
                 "agent_udp_port": self.agent_udp_port, "window": self.window,

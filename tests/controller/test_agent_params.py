@@ -61,9 +61,10 @@ def test_job_show_prints_the_contract(make_control, tmp_path, capsys):
     assert doc["version"] == 1 and doc["window"] == 8 and doc["mode"] == "ina"
     assert set(doc) == {"version", "job_id", "mode", "session_key", "switch_udp_port",
                         "agent_udp_port", "window", "values_per_packet", "patience",
-                        "staleness", "pool", "policy", "hosts"}
+                        "staleness", "pool", "hosts"}
     assert doc["patience"] == [] and doc["staleness"] == 1  # no straggler policy: BSP
-    assert doc["policy"] == 0  # never changed
+    # Never changed: no policy number, so agents that know none still read the document.
+    assert JobParams.from_dict(doc).policy == 0
     assert JobParams.from_dict(doc) == JobParams.load(tmp_path / "job3.json") \
         == ctl.agent_params(3)
 

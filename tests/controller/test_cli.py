@@ -88,13 +88,16 @@ def test_operator_session(switches_of, tmp_path, capsys):
     code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--patience", "0.02..0.1",
                        "--staleness", "3")
     assert code == 0 and "patience 0.02..0.1 s (adaptive), staleness 3" in out
-    assert "rounds wait for everyone" in out and "policy 1: running agents change to it" in out
+    assert "rounds wait for everyone" in out and "policy 1: running agents of the" in out
     code, out, _ = ctl(capsys, cfg, "job", "show", "7", "--json")
     params = JobParams.from_dict(json.loads(out)["agent_params"])
     assert params.patience == (0.02, 0.1) and params.staleness == 3
     assert params.policy == 1
-    code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--patience", "none", "--json")
+    code, out, _ = ctl(capsys, cfg, "job", "set", "7", "--patience", "none", "--json",
+                       "--params-out", str(tmp_path / "job7.json"))
     assert json.loads(out)["agents"] == {"patience": [], "staleness": 3, "policy": 2}
+    written = JobParams.load(tmp_path / "job7.json")  # what agents given a file re-read
+    assert (written.policy, written.patience, written.staleness) == (2, (), 3)
     # The same policy again, or a quorum alone, is no new policy for the agents to vote on.
     for again in (["--staleness", "3"], ["--quorum", "1"]):
         code, out, _ = ctl(capsys, cfg, "job", "set", "7", *again, "--json")

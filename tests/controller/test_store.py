@@ -414,6 +414,36 @@ def test_a_resize_is_refused_when_it_cannot_be_recorded(store):
         store.begin_resize(9, 0, {}, [pool(base=256, gen=5)])
 
 
+def test_a_resize_and_its_undo_keep_a_policy_set_meanwhile(store):
+    """`job set` while a resize is being planned or installed: the resize takes only its
+    window from the spec it planned with, and an undo puts back only the window, so the
+    agents' policy number never goes back (agents refuse parameters below theirs)."""
+    store.add_job(job())
+    before = store.update_spec(7, lambda spec: {**spec, "window": 32, "min_window": None})
+    planned = {**before.spec, "window": 64}  # what a resize read, then planned with
+    store.update_spec(7, lambda spec: {**spec, "policy": 1, "staleness": 3})
+    new = store.begin_resize(7, 0, planned,
+                             [dataclasses.replace(before.pools[0], base=64, gen=2)])
+    assert (new.spec["window"], new.spec["policy"], new.spec["staleness"]) == (64, 1, 3)
+    store.update_spec(7, lambda spec: {**spec, "policy": 2})
+    undone = store.undo_resize(before)
+    assert undone.spec == {**before.spec, "policy": 2, "staleness": 3} == store.get_job(7).spec
+
+
+def test_a_spec_change_that_fails_leaves_the_job_as_it_was(store):
+    store.add_job(job())
+    before = store.get_job(7)
+
+    def refuse(spec: dict) -> dict:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        store.update_spec(7, refuse)
+    assert store.get_job(7) == before
+    with pytest.raises(StoreError, match="no job 9"):
+        store.update_spec(9, lambda spec: spec)
+
+
 def test_undo_puts_back_the_job_as_it_was(store):
     store.add_job(job())
     before = store.get_job(7)

@@ -67,6 +67,7 @@ def test_the_vote_rides_in_a_fragment_of_its_own():
     lanes = v.with_vote(x)[vote_offset(700):]
     # Pool 1, then the window's digits 3, A, 1, 0 (0x1A3), then policy 0's eight.
     assert list(lanes) == [1, 1, 1] + [0] * 14 + [3, 9, 10, 100, 1, 1, 0, 0] + [0] * 16
+    v = PoolVote(params())
     assert v.offer(dataclasses.replace(v.params, policy=0x2F))  # a new policy alone
     lanes = v.with_vote(x)[vote_offset(700):]
     assert list(lanes) == [1] + [0] * 16 + window_8 + [15, 225, 2, 4] + [0] * 12
@@ -89,6 +90,11 @@ def test_only_a_newer_policy_of_the_same_pool_is_taken():
     assert not v.offer(dataclasses.replace(v.params, policy=3, window=4))  # a window, no pool
     assert not v.offer(dataclasses.replace(v.params, policy=1, pool=1))  # a move, policy older
     assert v.offer(dataclasses.replace(v.params, policy=5, staleness=3))  # any newer one
+    # A source that briefly serves older parameters than it did changes nothing.
+    assert not v.offer(dataclasses.replace(v.params, policy=4))
+    assert v.offer(dataclasses.replace(v.params, policy=5, staleness=3))  # the same again
+    assert v.offer(dataclasses.replace(v.params, policy=6, pool=1))  # then a move with it
+    assert not v.offer(dataclasses.replace(v.params, policy=7))  # not back to the same pool
 
 
 @pytest.mark.parametrize(("votes", "counts", "moves"), [
@@ -117,6 +123,7 @@ def test_hosts_move_only_when_all_voted_for_the_same_window(votes, counts, moves
     ([(8, 1, 0), (8, 2, 0)], False),  # one saw a later change than the other
     ([(8, 1, 0), (8, 1, 1)], False),  # one moves pools as well, the other not
     ([(8, 0x10, 0), (8, 0x01, 0)], False),  # digits 1 and 0 in other places
+    ([(8, 1, 0), None], False),  # the other has not polled yet: it votes for what it holds
 ])
 def test_hosts_change_policy_only_when_all_voted_for_the_same_one(votes, moves):
     v = PoolVote(params())
@@ -124,7 +131,7 @@ def test_hosts_change_policy_only_when_all_voted_for_the_same_one(votes, moves):
                                staleness=4)
     v.offer(mine)
     v.with_vote(np.zeros(3))
-    total = sum(lanes_of(w, policy, pool) for w, policy, pool in votes)
+    total = sum(lanes_of(None) if vote is None else lanes_of(*vote) for vote in votes)
     got = v.decide(total, np.full(VOTE_LANES, 2), 2, 2)
     assert (got is mine) == moves
     assert v.policies == ([(1, votes[0][1])] if moves else [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -161,3 +162,36 @@ def test_nan_on_one_host_fails_the_call_on_every_host_then_the_job_goes_on():
     assert "this host" in outcome[1][0] and "first at flat index 150" in outcome[1][0]
     assert all("another host had NaN/Inf" in outcome[i][0] for i in (0, 2))
     assert all(np.array_equal(o[1], np.full(200, 6.0)) for o in outcome)
+
+
+def test_a_policy_change_between_calls_starts_and_stops_the_reader_and_keeps_the_streak():
+    """SlotStreamer.set_policy (a live `job set`): patience from none to some starts the
+    thread that keeps results arriving between calls, back to none stops it; the count of
+    short calls in a row is kept, so the staleness bound holds across the change."""
+    class Quiet:
+        def send(self, payload):
+            pass
+
+        def recv(self, timeout):
+            time.sleep(min(timeout, 0.01))
+            return []
+
+    def readers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "passing-drain-41"]
+
+    s = SlotStreamer(StreamConfig(41, 0, 4, 2, new_session(), rto=0.01, deadline=0.3), Quiet())
+    assert readers() == []
+    s.short_streak = 3
+    s.set_policy(0.05, 0.01, 2)
+    assert (s.cfg.patience, s.cfg.patience_min, s.cfg.staleness) == (0.05, 0.01, 2)
+    [reader] = readers()
+    assert s.short_streak == 3
+    s.set_policy(0.1, None, 5)  # another patience: the same reader goes on
+    assert readers() == [reader] and s.cfg.patience_min is None
+    s.set_policy(None, None, 1)
+    assert not reader.is_alive() and readers() == []
+    s.set_policy(0.05, None, 1)
+    [again] = readers()
+    s.close()
+    again.join(5)
+    assert readers() == []

@@ -52,6 +52,13 @@ def test_the_quorum_policy_travels_and_older_files_without_it_mean_none():
     del older["patience"], older["staleness"]
     assert JobParams.from_dict(older) == job() and job().patience == () \
         and job().staleness == 1
+    # The policy number: written once a `job set` raised it, absent (0) before, as agents of
+    # the release before it expect.
+    assert "policy" not in job().to_dict()
+    changed = job(patience=(0.05,), policy=3)
+    assert changed.to_dict()["policy"] == 3 and JobParams.from_json(changed.to_json()) == changed
+    with pytest.raises(ParamsError, match="policy: -1 outside"):
+        job(policy=-1)
 
 
 def test_load_reads_a_file_and_names_an_unreadable_one(tmp_path):
