@@ -416,6 +416,12 @@ def serve(args, ctl: Controller | None = None) -> int:
     return 0
 
 
+def _write_params(path: str | None, params: dict) -> None:
+    """--params-out: the agents' parameters as the file agents load (JobParams.load)."""
+    if path:
+        Path(path).write_text(json.dumps(params, indent=2) + "\n")
+
+
 def run_job(ctl: Controller, args) -> tuple[object, str]:
     if args.job_cmd == "create":
         hosts = tuple(ctl.topo.hosts) if args.all_hosts else \
@@ -425,8 +431,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                        patience=args.patience, staleness=args.staleness)
         rec = ctl.create_job(spec)
         params = ctl.agent_params(rec.job_id).to_dict()
-        if args.params_out:
-            Path(args.params_out).write_text(json.dumps(params, indent=2) + "\n")
+        _write_params(args.params_out, params)
         res = {"job_id": rec.job_id, "pools": _pools(rec), "agent_params": params}
         return res, (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
                      f"agent ports {_agent_ports(ctl, rec)}:\n"
@@ -440,8 +445,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         agents = {"patience": list(spec.patience), "staleness": spec.staleness,
                   "policy": spec.policy}
         if args.params_out:
-            Path(args.params_out).write_text(
-                json.dumps(ctl.agent_params(args.job_id).to_dict(), indent=2) + "\n")
+            _write_params(args.params_out, ctl.agent_params(args.job_id).to_dict())
         return {"job_id": args.job_id, "quorum": per, "agents": agents}, (
             f"job {args.job_id}: " + ("rounds wait for everyone" if not spec.quorum else
                                       f"quorum {','.join(map(str, spec.quorum))}")
@@ -493,8 +497,7 @@ def resize(ctl: Controller, args) -> tuple[object, str]:
                               f"is larger than --window {args.window}")
     rec = ctl.resize_job(args.job_id, args.window, args.min_window)
     params = ctl.agent_params(rec.job_id).to_dict()
-    if args.params_out:
-        Path(args.params_out).write_text(json.dumps(params, indent=2) + "\n")
+    _write_params(args.params_out, params)
     size = rec.pools[0].size
     res = {"job_id": rec.job_id, "window": size, "pool_epoch": rec.pool_epoch,
            "pools": _pools(rec), "retiring": _retiring(rec), "agent_params": params}

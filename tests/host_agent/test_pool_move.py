@@ -244,6 +244,32 @@ def pool_contribs(sw: UdpLoopbackSwitch, pool: int) -> list[int]:
     return [cells[pool * P.MAX_FAN_IN + c][0] for c in range(HOSTS)]
 
 
+def ranks_beside(control, sw: UdpLoopbackSwitch, target, args_of, join: float) -> dict:
+    """Every rank's report of `target` (run_ranks; args_of(rank, port)), with `control` (what
+    the controller does meanwhile: install pools, rewrite the parameters file) in a thread;
+    the switch closed after. Fails on an error of `control` and on any wrong sum."""
+    errors = []
+
+    def guarded() -> None:
+        try:
+            control()
+        except Exception:
+            errors.append(traceback.format_exc())
+
+    thread = threading.Thread(target=guarded)
+    thread.start()
+    try:
+        port = free_port()
+        results = run_ranks(target, WORLD, lambda r: args_of(r, port), timeout=240)
+    finally:
+        thread.join(join)
+        sw.close()
+    assert not errors, errors[0]
+    for r in range(WORLD):
+        assert results[r]["wrong"] == [], f"rank {r}: wrong sums in calls {results[r]['wrong']}"
+    return results
+
+
 def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
     """Shrink 8 -> 3 slots into pool 1, then grow to 12 in pool 0 again, as the controller
     does it: each new pool is installed before the parameters say so, and the old one is
@@ -255,7 +281,6 @@ def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
     first = sw.agent_params()
     path = tmp_path / "job.json"
     path.write_text(first.to_json())
-    errors = []
 
     def wait_all_on(pool: int) -> None:
         deadline = time.monotonic() + 60
@@ -265,39 +290,26 @@ def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
             time.sleep(0.05)
 
     def resize() -> None:
-        try:
-            wait_all_on(0)  # the job runs in its first pool
-            time.sleep(0.3)
-            job = sw.entries.job
-            one = dataclasses.replace(job, pool=1, pool_base=100, pool_size=3, gen=2)
-            conn.write([adm.job_update(Update.INSERT, one)])
-            path.write_text(json.dumps(dataclasses.replace(first, window=3, pool=1).to_dict()))
-            wait_all_on(1)
-            conn.write([adm.job_delete(job.job_id, 0)])
-            # Counters of the pool a resize reuses start at zero, as the controller leaves them.
-            for c in range(HOSTS):
-                sw.pipe.state.counters["pool_contribs"][c] = [0, 0]
-            two = dataclasses.replace(job, pool=0, pool_base=200, pool_size=12, gen=3)
-            conn.write([adm.job_update(Update.INSERT, two)])
-            path.write_text(json.dumps(dataclasses.replace(first, window=12,
-                                                           pool=2).to_dict()))
-            wait_all_on(0)
-            conn.write([adm.job_delete(job.job_id, 1)])
-        except Exception:
-            errors.append(traceback.format_exc())
+        wait_all_on(0)  # the job runs in its first pool
+        time.sleep(0.3)
+        job = sw.entries.job
+        one = dataclasses.replace(job, pool=1, pool_base=100, pool_size=3, gen=2)
+        conn.write([adm.job_update(Update.INSERT, one)])
+        path.write_text(json.dumps(dataclasses.replace(first, window=3, pool=1).to_dict()))
+        wait_all_on(1)
+        conn.write([adm.job_delete(job.job_id, 0)])
+        # Counters of the pool a resize reuses start at zero, as the controller leaves them.
+        for c in range(HOSTS):
+            sw.pipe.state.counters["pool_contribs"][c] = [0, 0]
+        two = dataclasses.replace(job, pool=0, pool_base=200, pool_size=12, gen=3)
+        conn.write([adm.job_update(Update.INSERT, two)])
+        path.write_text(json.dumps(dataclasses.replace(first, window=12,
+                                                       pool=2).to_dict()))
+        wait_all_on(0)
+        conn.write([adm.job_delete(job.job_id, 1)])
 
-    mover = threading.Thread(target=resize)
-    mover.start()
-    try:
-        port = free_port()
-        results = run_ranks(worker, WORLD, lambda r: (r, port, first, str(path), 2),
-                            timeout=240)
-    finally:
-        mover.join(70)
-        sw.close()
-    assert not errors, errors[0]
-    for r in range(WORLD):
-        assert results[r]["wrong"] == [], f"rank {r}: wrong sums in calls {results[r]['wrong']}"
+    results = ranks_beside(resize, sw, worker, lambda r, port: (r, port, first, str(path), 2),
+                           join=70)
     leaders = [results[h * LOCAL] for h in range(HOSTS)]
     assert all(len(x["moves"]) == 2 for x in leaders), leaders
     assert leaders[0]["moves"] == leaders[1]["moves"], "the hosts moved after different calls"
@@ -387,47 +399,34 @@ def test_a_live_policy_change_applies_on_every_host_after_the_same_call(tmp_path
     first = sw.agent_params(local_gpus=LOCAL)
     path = tmp_path / "job.json"
     path.write_text(first.to_json())
-    errors = []
 
     def change() -> None:
-        try:
-            deadline = time.monotonic() + 60
-            while min(pool_contribs(sw, 0)) < 40:  # some bulk-synchronous calls first
-                if time.monotonic() > deadline:
-                    raise AssertionError("the hosts never started summing")
-                time.sleep(0.05)
-            quorum = dataclasses.replace(first, patience=(0.05,), staleness=2, policy=1)
-            path.write_text(quorum.to_json())
-            while sw.pipe.state.counters["job_stats"][P.JobEvent.CLOSED_ROOT][0] < 12:
-                if time.monotonic() > deadline + 60:
-                    raise AssertionError("no round was ever closed without h2")
-                time.sleep(0.05)
-            path.write_text(dataclasses.replace(quorum, staleness=0, policy=2).to_json())
-            # Once no round has closed without h2 for a while (policy 2 is in force), back
-            # to waiting for everyone. Were it written earlier, the hosts would go from 1 to 3
-            # directly (a host votes for the newest it holds); the checks below allow that.
-            closed, quiet = -1, time.monotonic()
-            while time.monotonic() - quiet < 1.5:
-                now = sw.pipe.state.counters["job_stats"][P.JobEvent.CLOSED_ROOT][0]
-                if now != closed:
-                    closed, quiet = now, time.monotonic()
-                time.sleep(0.05)
-            path.write_text(dataclasses.replace(quorum, patience=(), policy=3).to_json())
-        except Exception:
-            errors.append(traceback.format_exc())
+        deadline = time.monotonic() + 60
+        while min(pool_contribs(sw, 0)) < 40:  # some bulk-synchronous calls first
+            if time.monotonic() > deadline:
+                raise AssertionError("the hosts never started summing")
+            time.sleep(0.05)
+        quorum = dataclasses.replace(first, patience=(0.05,), staleness=2, policy=1)
+        path.write_text(quorum.to_json())
+        while sw.pipe.state.counters["job_stats"][P.JobEvent.CLOSED_ROOT][0] < 12:
+            if time.monotonic() > deadline + 60:
+                raise AssertionError("no round was ever closed without h2")
+            time.sleep(0.05)
+        path.write_text(dataclasses.replace(quorum, staleness=0, policy=2).to_json())
+        # Once no round has closed without h2 for a while (policy 2 is in force), back
+        # to waiting for everyone. Were it written earlier, the hosts would go from 1 to 3
+        # directly (a host votes for the newest it holds); the checks below allow that.
+        closed, quiet = -1, time.monotonic()
+        while time.monotonic() - quiet < 1.5:
+            now = sw.pipe.state.counters["job_stats"][P.JobEvent.CLOSED_ROOT][0]
+            if now != closed:
+                closed, quiet = now, time.monotonic()
+            time.sleep(0.05)
+        path.write_text(dataclasses.replace(quorum, patience=(), policy=3).to_json())
 
-    changer = threading.Thread(target=change)
-    changer.start()
-    try:
-        port = free_port()
-        results = run_ranks(policy_worker, WORLD, lambda r: (r, port, first, str(path)),
-                            timeout=240)
-    finally:
-        changer.join(130)
-        sw.close()
-    assert not errors, errors[0]
+    results = ranks_beside(change, sw, policy_worker, lambda r, port: (r, port, first, str(path)),
+                           join=130)
     for r in range(WORLD):
-        assert results[r]["wrong"] == [], f"rank {r}: wrong sums in calls {results[r]['wrong']}"
         assert results[r]["differ"] == [], f"rank {r}: hosts differ in {results[r]['differ']}"
     h1, h2 = results[0], results[LOCAL]
     assert h1["policies"] == h2["policies"], "the hosts changed after different calls"

@@ -405,6 +405,41 @@ def test_passing_agent_follows_a_resize_written_to_its_params_file(network, monk
     assert not move.pending and sorted(move.moved) == ["h1", "h2", "h3", "h4"], move
 
 
+def _train_changing(pnet, switch: str, change, *extra: str) -> list[dict]:
+    """Job 1's hosts train 150 steps of bench/straggler_train.py (`extra`: its options), their
+    agents polling their parameters every 0.2 s; once `switch` has sent 20 results,
+    `change()` (the controller's live change). Every rank's report, in rank order, after
+    checking that every rank finished, all 8, with one model."""
+    out = {}
+    trainer = threading.Thread(target=lambda: out.update(pnet.train(
+        1, script=REPO / "bench" / "straggler_train.py", timeout=400,
+        args=("--steps", "150", "--compute-ms", "30", "--eval-every", "50", *extra),
+        env={"PASSING_POOL_POLL": "0.2"})))
+    start = time.monotonic()
+    trainer.start()
+    while pnet.ctl.stats(1)[switch]["job_results"] < 20:
+        assert trainer.is_alive() and time.monotonic() - start < 200, out
+        time.sleep(0.2)
+    change()
+    trainer.join(420)
+    assert not trainer.is_alive()
+    assert all(r["ok"] for r in out.values()), {h: r["error"] for h, r in out.items()}
+    ranks = _ranks(out)
+    assert [r["rank"] for r in ranks] == list(range(8))
+    assert len({r["param_checksum"] for r in ranks}) == 1, "the replicas differ"
+    return ranks
+
+
+def _leaders_agree(ranks: list[dict], key: str) -> list[dict]:
+    """The 4 host leaders' reports, after checking they give the same `key` (the calls after
+    which they moved or changed policy)."""
+    leaders = [r for r in ranks if key in r]
+    assert len(leaders) == 4, ranks
+    seen = {json.dumps(r[key]) for r in leaders}
+    assert len(seen) == 1, f"the hosts' {key} differ (changed after different calls): {seen}"
+    return leaders
+
+
 def test_a_policy_set_while_it_trains_reaches_every_host_at_the_same_call(network):
     """passing-ctl job set's path end to end: 4 hosts x 2 ranks train on star with h4 4x
     slower, bulk-synchronous; mid-run the controller sets quorum 3, patience 20 ms and
@@ -413,29 +448,13 @@ def test_a_policy_set_while_it_trains_reaches_every_host_at_the_same_call(networ
     one model."""
     pnet = network("star")
     pnet.create_job(1, window=16)
-    out = {}
-    trainer = threading.Thread(target=lambda: out.update(pnet.train(
-        1, script=REPO / "bench" / "straggler_train.py", timeout=400,
-        args=("--steps", "150", "--compute-ms", "30", "--eval-every", "50",
-              "--slow-node", "3", "--slow-factor", "4"),
-        env={"PASSING_POOL_POLL": "0.2"})))
-    start = time.monotonic()
-    trainer.start()
-    while pnet.ctl.stats(1)["s1"]["job_results"] < 20:
-        assert trainer.is_alive() and time.monotonic() - start < 200, out
-        time.sleep(0.2)
-    pnet.ctl.set_policy(1, quorum=(3,), patience=(0.02,), staleness=2)
-    assert pnet.ctl.agent_params(1).policy == 1
-    trainer.join(420)
-    assert not trainer.is_alive()
-    assert all(r["ok"] for r in out.values()), {h: r["error"] for h, r in out.items()}
-    ranks = _ranks(out)
-    assert [r["rank"] for r in ranks] == list(range(8))
-    assert len({r["param_checksum"] for r in ranks}) == 1, "the replicas differ"
-    leaders = [r for r in ranks if "policy_changes" in r]
-    assert len(leaders) == 4, ranks
-    changes = {json.dumps(r["policy_changes"]) for r in leaders}
-    assert len(changes) == 1, f"the hosts changed after different calls: {changes}"
+
+    def set_policy() -> None:
+        pnet.ctl.set_policy(1, quorum=(3,), patience=(0.02,), staleness=2)
+        assert pnet.ctl.agent_params(1).policy == 1
+
+    ranks = _train_changing(pnet, "s1", set_policy, "--slow-node", "3", "--slow-factor", "4")
+    leaders = _leaders_agree(ranks, "policy_changes")
     [[call, policy]] = leaders[0]["policy_changes"]
     assert policy == 1 and 0 < call < 150
     assert all(r["staleness_end"] == 2 and r["short_calls"] > 0 for r in leaders), leaders
@@ -450,29 +469,14 @@ def test_a_job_resized_while_it_trains_moves_and_frees_its_old_pools(network):
     pnet = network("leafspine")
     pnet.create_job(1, window=16)
     old = {p.switch: (p.base, p.size) for p in pnet.ctl.job(1).pools}
-    out = {}
-    trainer = threading.Thread(target=lambda: out.update(pnet.train(
-        1, script=REPO / "bench" / "straggler_train.py", timeout=400,
-        args=("--steps", "150", "--compute-ms", "30", "--eval-every", "50"),
-        env={"PASSING_POOL_POLL": "0.2"})))
-    start = time.monotonic()
-    trainer.start()
-    while pnet.ctl.stats(1)["spine"]["job_results"] < 20:  # training runs through the spine
-        assert trainer.is_alive() and time.monotonic() - start < 200, out
-        time.sleep(0.2)
-    pnet.ctl.resize_job(1, 4)
-    params = pnet.ctl.agent_params(1)
-    assert (params.window, params.pool) == (4, 1)
-    trainer.join(420)
-    assert not trainer.is_alive()
-    assert all(r["ok"] for r in out.values()), {h: r["error"] for h, r in out.items()}
-    ranks = _ranks(out)
-    assert [r["rank"] for r in ranks] == list(range(8))
-    assert len({r["param_checksum"] for r in ranks}) == 1, "the replicas differ"
-    leaders = [r for r in ranks if "pool_moves" in r]
-    assert len(leaders) == 4, ranks
-    moves = {json.dumps(r["pool_moves"]) for r in leaders}
-    assert len(moves) == 1, f"the hosts moved after different calls: {moves}"
+
+    def resize() -> None:
+        pnet.ctl.resize_job(1, 4)
+        params = pnet.ctl.agent_params(1)
+        assert (params.window, params.pool) == (4, 1)
+
+    # Training runs through the spine.
+    leaders = _leaders_agree(_train_changing(pnet, "spine", resize), "pool_moves")
     assert [m[1:] for m in leaders[0]["pool_moves"]] == [[1, 4]]
     assert all(r["window"] == 4 for r in leaders)
     move = pnet.ctl.retire_pools(1)
