@@ -27,6 +27,7 @@ from passing import protocol as P
 from passing.contract import JobParams
 from passing.pipeline_files import BUILD_DIR, CHECKOUT
 from topologies import link_loss, training
+from topologies.agent_servers import AgentServers
 from topologies.management import MGMT_SUBNET, ManagementNetwork, ParamsService
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
@@ -50,6 +51,7 @@ class PassingNetwork:
         self._training: dict[str, training.HostRun] = {}  # host -> its run, while one runs
         self._training_lock = threading.Lock()
         self._runs = itertools.count(1)
+        self.agents = AgentServers(lambda h: self.net.get(h), self.run_dir / "agents")
 
     @property
     def controller_url(self) -> str | None:
@@ -149,8 +151,8 @@ class PassingNetwork:
 
     def stop(self) -> None:
         """Stop everything start() started (also after a failed start; idempotent)."""
-        steps = [self._stop_training, self._stop_params_service, self._stop_controller,
-                 self.mgmt.stop, self._stop_mininet]
+        steps = [self.agents.stop, self._stop_training, self._stop_params_service,
+                 self._stop_controller, self.mgmt.stop, self._stop_mininet]
         error = None
         for step in steps:
             try:
@@ -227,32 +229,16 @@ class PassingNetwork:
             job = JobParams.load(params)
         hosts = job.host_names
         before = {h: self.host_link_bytes(h) for h in hosts}
-        procs = {h: self.net.get(h).popen(
-                    [sys.executable, "-m", "bench.agent.cli", "--params", str(params),
-                     "--host", h, "--size", size, "--iters", str(iters), "--json",
-                     "--timeout", str(timeout), "--strategy", strategy,
-                     "--ifname", self.net.get(h).defaultIntf().name,
-                     "--train", str(train_steps), "--model", train_model,
-                     "--eval-every", str(eval_every)],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for h in hosts}
-        out = {}
-        for h, p in procs.items():
-            try:
-                # A generous bound: a hung agent (e.g. a baseline's rendezvous) must not hang
-                # the caller; the agent's own deadline covers the switch.
-                bound = timeout * (iters + 2) + 120 + train_budget_s(train_model, train_steps)
-                stdout, stderr = p.communicate(timeout=bound)
-            except subprocess.TimeoutExpired:
-                for q in procs.values():
-                    q.kill()
-                stdout, stderr = p.communicate()
-                out[h] = {"ok": False, "error": "agent did not finish (killed)"}
-                continue
-            try:
-                out[h] = json.loads(stdout.strip().splitlines()[-1])
-            except (IndexError, json.JSONDecodeError):
-                out[h] = {"ok": False, "error": (stderr or stdout).strip()[-300:]}
+        # Each host's agent stays up between calls (topologies/agent_servers.py).
+        commands = {h: ["--params", str(params), "--host", h, "--size", size,
+                        "--iters", str(iters), "--json", "--timeout", str(timeout),
+                        "--strategy", strategy, "--ifname", self.net.get(h).defaultIntf().name,
+                        "--train", str(train_steps), "--model", train_model,
+                        "--eval-every", str(eval_every)] for h in hosts}
+        # A generous bound: a hung agent (e.g. a baseline's rendezvous) must not hang the
+        # caller; the agent's own deadline covers the switch.
+        out = self.agents.run(commands, timeout * (iters + 2) + 120
+                              + train_budget_s(train_model, train_steps))
         if not train_steps:
             for h in hosts:
                 self._link_use(out[h], h, before[h], iters)

@@ -18,24 +18,15 @@ Exit codes: 0 correct result, 1 wrong result or the switch did not answer, 2 bad
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
-import multiprocessing as mp
-import os
-import queue
-import socket
 import sys
-import time
-from dataclasses import dataclass
-
-import numpy as np
 
 from bench.agent import STRATEGIES
-from bench.agent.check import expected_sum, rank_tensor
+from bench.agent.options import RunOptions
+from bench.agent.pool import RankPool
 from bench.sizes import parse_size
 from bench.workloads import MODELS as TRAIN_MODELS
-from bench.workloads import train_budget_s
 from host_agent.job_source import JobSourceError, params_from_env, pool_poll, this_host
 from passing.contract import JobParams, ParamsError
 
@@ -44,239 +35,24 @@ EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
            "  PASSING_CONTROLLER=10.0.0.100:7700 PASSING_JOB=7 passing-agent --size 4M")
 
 
-def _die_with_parent(parent: int) -> None:
-    """A rank must not outlive its passing-agent: an orphaned leader would go on streaming as
-    if its host were still in the session."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: the parent's own cleanup is all there is
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
+class UsageError(ValueError):
+    """A command line passing-agent refuses (exit code 2)."""
 
 
-def _worker(rank: int, world: int, port: int, args: dict, out) -> None:
-    _die_with_parent(args["parent_pid"])
-    try:
-        # torch's store logs every wait it retries; the agent reports its own clear error.
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        import torch
-        import torch.distributed as dist
-
-        from bench.agent import strategies
-        from host_agent.session import RendezvousError, agree_by_tcp, agree_in_group
-
-        params, host = args["params"], args["host"]
-        hosts = params.host_names
-        host_index = params.host_index(host)
-        ranks = strategies.Ranks(host_index, rank, [params.host(h).local_gpus for h in hosts])
-        stream = dict(rto=args["rto"], min_rto=min(args["min_rto"], args["rto"]),
-                      deadline=args["timeout"])
-        # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
-        # the code path is the same (PassingAllreduce moves the leader's sum to the CPU).
-        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
-        device = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        else:
-            # Many ranks share few cores (Mininet hosts on one machine): one thread each, or
-            # they oversubscribe the CPUs and every collective waits on a descheduled rank.
-            torch.set_num_threads(1)
-        passing = None
-        if args["strategy"] == "passing":
-            # Only the local ranks form a process group: between hosts there is the switch.
-            dist.init_process_group("nccl" if cuda else "gloo",
-                                    init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                    world_size=world)
-            # The leaders agree on the run's session at the first host; the store stays open
-            # for the whole run (see host_agent.session).
-            session, store, failure = 0, None, ""
-            if rank == 0:
-                try:
-                    session, store = agree_by_tcp(
-                        params.host(hosts[0]).host_ip, args["rendezvous_port"],
-                        params.job_id, host_index, len(hosts), args["rendezvous_timeout"],
-                        bytes.fromhex(params.session_key))
-                except RendezvousError as e:
-                    failure = str(e)
-            session = agree_in_group(None, session)  # 0: the leader's rendezvous failed
-            if not session:
-                raise RendezvousError(failure or "the leader could not agree on a session")
-            path = args["params_file"]
-            source = (lambda: JobParams.load(path)) if path else params_from_env
-            passing = strategies.PassingAllreduce(params, host, session=session,
-                                                  params_source=source, poll=args["pool_poll"],
-                                                  **stream)
-            allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
-        else:
-            # The baselines need every rank of every host in one group, met at the first host
-            # (ina only for the barrier that starts each timed call together).
-            if args["ifname"]:
-                os.environ["GLOO_SOCKET_IFNAME"] = args["ifname"]
-            first = params.host(hosts[0]).host_ip
-            dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
-                                    init_method=f"tcp://{first}:{args['rendezvous_port']}")
-            if args["strategy"] == "ina":
-                ina = strategies.InaAllreduce(params, host, rank, **stream)
-                allreduce, stats = ina.allreduce, ina.streamer.stats
-            else:
-                allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
-                stats = None
-        if args["train_steps"]:
-            out.put(_train(allreduce, ranks, args, stats))
-            dist.destroy_process_group()
-            return
-        base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
-        base = base.to(device)
-        exact, tol, count = expected_sum(params, args["seed"], args["size"], args["strategy"])
-        times, errors, excess, wrong = [], [], [], 0
-        for it in range(args["iters"] + 1):  # the first call warms up and is not timed
-            t = base.clone()
-            dist.barrier()
-            t0 = time.perf_counter()
-            allreduce(t)
-            if it:
-                times.append(time.perf_counter() - t0)
-            # Every call is checked, the warm-up too: a wrong first answer is still wrong.
-            err = np.abs(t.cpu().numpy().astype(np.float64) - exact)
-            errors.append(float(np.max(err)))
-            excess.append(float(np.max(err / tol)))
-            wrong += int(np.count_nonzero(err > tol))
-        # The leader reports for the host; every local rank's calls count.
-        report = torch.tensor([wrong, max(excess)], dtype=torch.float64)
-        dist.all_reduce(report, op=dist.ReduceOp.MAX)
-        if rank == 0:
-            if passing is not None:  # after a pool move the counters are the new pool's
-                stats = passing.streamer.stats
-            out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
-                     "device": str(device), "times": times, "max_error": max(errors),
-                     "call_errors": errors, "tolerance": float(np.max(tol)),
-                     "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
-                     "contributors": count, **_stream_counts(stats), **_pools(passing)})
-        dist.destroy_process_group()
-    except Exception as e:
-        out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
-
-
-def _pools(passing) -> dict:
-    """The leader's pool moves ([call, pool, window] each) and the window it ended in; {} for
-    the baselines."""
-    stream = getattr(passing, "stream", None)
-    if stream is None:
-        return {}
-    return {"pool_moves": [list(m) for m in stream.vote.moves],
-            "window": stream.streamer.cfg.window}
-
-
-def _stream_counts(stats) -> dict:
-    """What this rank's own switch stream sent (zero for strategies without one)."""
-    return {"packets": stats.packets if stats else 0,
-            "retransmissions": stats.retransmissions if stats else 0,
-            "fast_retransmissions": stats.fast_retransmissions if stats else 0,
-            "probes": stats.probes if stats else 0}
-
-
-def _train(allreduce, ranks, args: dict, stats) -> dict:
-    """The training workload (bench/training.py) with this strategy's all-reduce: every rank
-    of every host is one data-parallel worker."""
-    from bench.training import train
-
-    world = sum(ranks.local_size)
-    res = train(allreduce, ranks.rank, world, args["train_steps"],
-                seed=args["seed"], global_batch=args["global_batch"] or 8 * world,
-                model=args["model"], eval_every=args["eval_every"])
-    res.update({"ok": True, "rank": ranks.local_rank, "strategy": args["strategy"],
-                "world": world, **_stream_counts(stats)})
-    return res
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What one passing-agent run does on its host (the command line's options)."""
-
-    size: int = 1 << 20  # float32 values per tensor
-    iters: int = 3
-    seed: int = 0
-    rto: float = 0.05
-    timeout: float = 10.0
-    min_rto: float = 0.02
-    strategy: str = "passing"
-    ifname: str | None = None
-    rendezvous_port: int | None = None  # None: 29500 + job id
-    rendezvous_timeout: float = 60.0
-    train_steps: int = 0  # > 0: train an MLP on the digits instead of timed all-reduces
-    global_batch: int = 0  # 0: 8 x ranks
-    model: str = "digits-mlp"  # with train_steps: which MLP (bench.workloads.MODELS)
-    eval_every: int = 0  # with train_steps: test accuracy every this many steps (0: at the end)
-    # Where the leader re-reads the job's parameters to learn of a live resize: this file, or
-    # (None) the environment's source; every pool_poll seconds (0: never).
-    params_file: str | None = None
-    pool_poll: float = 2.0
-
-
-def _reports(out, procs: list, budget: float) -> list[dict]:
-    """The ranks' reports, until the leader's or every rank's is in. A rank that dies without
-    one (killed, or crashed in native code) ends the wait at once with an error rather than
-    after the whole budget, and so does the budget running out."""
-    reports: list[dict] = []
-    deadline = time.monotonic() + budget
-    while not any(r.get("rank") == 0 for r in reports) and len(reports) < len(procs):
-        try:
-            reports.append(out.get(timeout=1.0))
-            continue
-        except queue.Empty:
-            pass
-        # Ranks exit 0 after putting their report (errors included); anything else died.
-        dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
-        if dead:
-            what = ", ".join(f"local rank {i} exit code {code}" for i, code in dead)
-            return [{"ok": False, "rank": -1, "error": f"a local rank died: {what}"}]
-        if time.monotonic() > deadline:
-            return [{"ok": False, "rank": -1,
-                     "error": f"no report from the local ranks within {budget:.0f}s"}]
-    return reports
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: error: {message}")
 
 
 def run(params: JobParams, host: str, opts: RunOptions) -> dict:
     """Timed all-reduces of `opts.size` values (or, with train_steps, data-parallel training of
     the digits MLP for that many steps) on `host` of the job `params`; the leader's report."""
-    gpus = params.host(host).local_gpus
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    job = {**dataclasses.asdict(opts), "params": params, "host": host,
-           "rendezvous_port": opts.rendezvous_port or 29500 + params.job_id % 1000,
-           "parent_pid": os.getpid()}
-    procs = [ctx.Process(target=_worker, args=(r, gpus, port, job, out)) for r in range(gpus)]
-    for p in procs:
-        p.start()
-    try:
-        reports = _reports(out, procs, opts.timeout * (opts.iters + 2) + opts.rendezvous_timeout
-                           + 120 + train_budget_s(opts.model, opts.train_steps))
-        # The leader's report says most (its error names the switch); others only if it has none.
-        res = next((r for r in reports if r.get("rank") == 0), reports[0])
-    finally:
-        for p in procs:
-            p.join(opts.timeout + 10)
-            if p.is_alive():
-                p.kill()
-    if not res["ok"] or opts.train_steps:
-        return res
-    mean = float(np.mean(res["times"]))
-    nbytes = opts.size * 4
-    res.update({"host": host, "local_ranks": gpus, "size": opts.size, "bytes": nbytes,
-                "iters": opts.iters, "mean_s": mean, "goodput_gbps": nbytes * 8 / mean / 1e9,
-                "correct": res["wrong_values"] == 0})
-    return res
+    with RankPool() as pool:
+        return pool.run(params, host, opts)
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """passing-agent's command line; its error() raises UsageError instead of exiting."""
+    ap = _Parser(
         prog="passing-agent", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run timed PASSING all-reduces on this host: G local ranks pre-aggregate "
                     "with torch.distributed, the leader streams through the switch.",
@@ -322,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --train: also measure test accuracy every STEPS steps, the "
                          "clock stopped (the report's curve: seconds, step, accuracy)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
+    return ap
+
+
+def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse.Namespace]:
+    """(the job, this host, what to run, the parsed arguments) of a passing-agent command line;
+    UsageError says what is wrong with it, as the command line's usage would."""
+    ap = parser()
     args = ap.parse_args(argv)
     try:
         params = JobParams.load(args.params) if args.params else params_from_env()
@@ -357,7 +140,17 @@ def main(argv: list[str] | None = None) -> int:
                       rendezvous_timeout=args.rendezvous_timeout, train_steps=args.train,
                       global_batch=args.global_batch, model=args.model,
                       eval_every=args.eval_every, params_file=args.params, pool_poll=poll)
-    res = run(params, args.host, opts)
+    return params, args.host, opts, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        params, host, opts, args = parse_command(sys.argv[1:] if argv is None else argv)
+    except UsageError as e:
+        parser().print_usage(sys.stderr)
+        print(e, file=sys.stderr)
+        return 2
+    res = run(params, host, opts)
     if args.json:
         print(json.dumps(res))
     elif not res["ok"]:

@@ -103,6 +103,26 @@ def test_a_loss_rule_left_by_a_crashed_run_is_removed_at_start(network):
         link_loss.remove_root_tables(list(tables))
 
 
+def test_agents_stay_up_between_calls_and_a_dead_one_is_replaced(network):
+    """Every host's passing-agent answers call after call (strategies alternating, each
+    result checked) without starting again; one killed between calls is replaced by the
+    next call, which is correct on every host."""
+    pnet = network("star")
+    pnet.create_job(1, window=16)
+    for size, strategy in (("4K", "passing"), ("2K", "ring"), ("8K", "passing")):
+        res = pnet.allreduce(size, iters=1, strategy=strategy)
+        assert set(res) == {"h1", "h2", "h3", "h4"}
+        assert all(r.get("ok") and r["correct"] and r["strategy"] == strategy
+                   and r["rank_starts"] == 1 for r in res.values()), res
+    assert pnet.agents.started == 4
+    (victim,) = pnet.agents.processes("h2")
+    victim.kill()
+    victim.wait()
+    res = pnet.allreduce("4K", iters=1)
+    assert all(r.get("ok") and r["correct"] for r in res.values()), res
+    assert pnet.agents.started == 5
+
+
 def test_two_concurrent_jobs_on_disjoint_hosts(network):
     pnet = network("star")
     pnet.create_job(2, ["h1", "h2"], window=8)

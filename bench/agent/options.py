@@ -1,0 +1,30 @@
+"""What one `passing-agent` command does on its host: the command line's options, as the
+ranks receive them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What one passing-agent run does on its host (the command line's options)."""
+
+    size: int = 1 << 20  # float32 values per tensor
+    iters: int = 3
+    seed: int = 0
+    rto: float = 0.05
+    timeout: float = 10.0
+    min_rto: float = 0.02
+    strategy: str = "passing"
+    ifname: str | None = None
+    rendezvous_port: int | None = None  # None: 29500 + job id
+    rendezvous_timeout: float = 60.0
+    train_steps: int = 0  # > 0: train an MLP on the digits instead of timed all-reduces
+    global_batch: int = 0  # 0: 8 x ranks
+    model: str = "digits-mlp"  # with train_steps: which MLP (bench.workloads.MODELS)
+    eval_every: int = 0  # with train_steps: test accuracy every this many steps (0: at the end)
+    # Where the leader re-reads the job's parameters to learn of a live resize: this file, or
+    # (None) the environment's source; every pool_poll seconds (0: never).
+    params_file: str | None = None
+    pool_poll: float = 2.0

@@ -1,0 +1,151 @@
+"""The local ranks of one `passing-agent` host, kept alive from one command to the next.
+
+Starting G ranks costs seconds each (a process, then torch); `make bench` runs dozens of
+commands per host, so the ranks start once and each command only builds its process groups
+(bench.agent.worker). A command that fails, or whose ranks do not all come back idle, costs
+the ranks: they are killed and the next command starts fresh ones, so nothing a failed command
+left behind (a rank stuck in a collective, a socket still bound) reaches the next.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+
+import numpy as np
+
+from bench.agent import worker
+from bench.agent.options import RunOptions
+from bench.workloads import train_budget_s
+from passing.contract import JobParams
+
+IDLE_GRACE_S = 10.0  # how long ranks may take to tear a command down after the leader reported
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankPool:
+    """G local ranks (processes) that run commands one at a time.
+
+    Usage::
+
+        with RankPool() as pool:
+            report = pool.run(params, "h1", RunOptions(size=1 << 20, iters=3))
+            again = pool.run(params, "h1", RunOptions(strategy="ring"))
+    """
+
+    def __init__(self) -> None:
+        self._ctx = mp.get_context("spawn")
+        self._procs: list = []
+        self._commands: list = []
+        self._out = None
+        self._runs = 0
+        self.starts = 0  # how many times ranks were started (for the report and the tests)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def _start(self, gpus: int) -> None:
+        self.stop()
+        self._out = self._ctx.Queue()
+        self._commands = [self._ctx.Queue() for _ in range(gpus)]
+        self._procs = [self._ctx.Process(target=worker.serve, daemon=True,
+                                         args=(r, self._commands[r], self._out, os.getpid()))
+                       for r in range(gpus)]
+        for p in self._procs:
+            p.start()
+        self.starts += 1
+
+    def stop(self) -> None:
+        """End the ranks: asked to, then killed if they do not."""
+        for q in self._commands:
+            try:
+                q.put(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 5.0
+        for p in self._procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+        self._procs, self._commands, self._out = [], [], None
+
+    def __enter__(self) -> RankPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def run(self, params: JobParams, host: str, opts: RunOptions) -> dict:
+        """One command on every local rank of `host`: the leader's report (or, without one,
+        another rank's error)."""
+        gpus = params.host(host).local_gpus
+        if len(self._procs) != gpus or not all(p.is_alive() for p in self._procs):
+            self._start(gpus)
+        self._runs += 1
+        job = {**dataclasses.asdict(opts), "params": params, "host": host, "world": gpus,
+               "port": _free_port(), "run": self._runs,
+               "rendezvous_port": opts.rendezvous_port or 29500 + params.job_id % 1000}
+        for q in self._commands:
+            q.put(job)
+        budget = (opts.timeout * (opts.iters + 2) + opts.rendezvous_timeout + 120
+                  + train_budget_s(opts.model, opts.train_steps))
+        reports, idle = self._collect(self._runs, budget)
+        # The leader's report says most (its error names the switch); others only if it has none.
+        res = next((r for r in reports if r.get("rank") == 0), reports[0])
+        if res["ok"] and len(idle) < gpus:
+            idle |= self._collect(self._runs, IDLE_GRACE_S, idle)[1]
+        if not res["ok"] or len(idle) < gpus:
+            self.stop()
+        res.pop("run", None)
+        if not res["ok"] or opts.train_steps:
+            return res
+        mean = float(np.mean(res["times"]))
+        nbytes = opts.size * 4
+        res.update({"host": host, "local_ranks": gpus, "size": opts.size, "bytes": nbytes,
+                    "iters": opts.iters, "mean_s": mean, "goodput_gbps": nbytes * 8 / mean / 1e9,
+                    "correct": res["wrong_values"] == 0})
+        return res
+
+    def _collect(self, run: int, budget: float,
+                 idle: set[int] | None = None) -> tuple[list[dict], set[int]]:
+        """The reports of command `run` until the leader's is in (or every rank is idle), and
+        which ranks are idle. A rank that dies ends the wait at once with an error rather than
+        after the whole budget, and so does the budget running out."""
+        reports: list[dict] = []
+        idle = set(idle or ())
+        deadline = time.monotonic() + budget
+        n = len(self._procs)
+        while (not any(r.get("rank") == 0 for r in reports) and len(reports) < n
+               and len(idle) < n):
+            try:
+                msg = self._out.get(timeout=1.0)
+                if msg.get("run") != run:
+                    continue  # a report of a command given up on
+                if "idle" in msg:
+                    idle.add(msg["idle"])
+                else:
+                    reports.append(msg)
+                continue
+            except queue.Empty:
+                pass
+            dead = [(i, p.exitcode) for i, p in enumerate(self._procs) if not p.is_alive()]
+            if dead:
+                what = ", ".join(f"local rank {i} exit code {code}" for i, code in dead)
+                return [{"ok": False, "rank": -1, "error": f"a local rank died: {what}"}], idle
+            if time.monotonic() > deadline:
+                return [{"ok": False, "rank": -1,
+                         "error": f"no report from the local ranks within {budget:.0f}s"}], idle
+        if not reports:
+            reports = [{"ok": False, "rank": -1, "error": "the local ranks ended without a report"}]
+        return reports, idle

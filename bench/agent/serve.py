@@ -1,0 +1,68 @@
+"""`python -m bench.agent.serve`: passing-agent kept running on its host, driven by commands.
+
+Each line on stdin is one command: a JSON list of passing-agent arguments, as on its command
+line (`["--params", "job.json", "--host", "h1", "--size", "1M", "--strategy", "ring"]`). Each
+gets exactly one JSON line on stdout: the report `passing-agent --json` would print, plus
+`rank_starts` (how many times this agent started its local ranks), or, for arguments
+passing-agent refuses, `{"ok": false, "usage": true, "error": ...}`. End of input, or the line
+`quit`, stops it and its ranks.
+
+The local ranks start with the first command and stay up (bench.agent.pool): a command costs
+its process groups and rendezvous, not G processes importing torch. `make bench`, the Mininet
+CLI's `allreduce` and the tests drive one per host this way (topologies/agent_servers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+
+from bench.agent.cli import UsageError, parse_command
+from bench.agent.pool import RankPool
+
+
+def answer(line: str, pool: RankPool) -> dict:
+    """The report for one command line (see the module's docstring)."""
+    try:
+        argv = json.loads(line)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise UsageError("a command is a JSON list of passing-agent arguments (strings)")
+        params, host, opts, _ = parse_command(argv)
+    except (json.JSONDecodeError, UsageError) as e:
+        return {"ok": False, "usage": True, "error": str(e)}
+    except SystemExit:  # --help: argparse printed it (to stderr here) and wants to exit
+        return {"ok": False, "usage": True, "error": "--help is not a command"}
+    res = pool.run(params, host, opts)
+    res["rank_starts"] = pool.starts
+    return res
+
+
+def serve(lines: Iterable[str], write: Callable[[str], None], pool: RankPool) -> None:
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        if line == "quit":
+            return
+        write(json.dumps(answer(line, pool)))
+
+
+def main() -> int:
+    # The answers own stdout: everything else printed here or by the ranks (which inherit the
+    # descriptors) goes to stderr, so no stray line is ever read as an answer.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+    def write(text: str) -> None:
+        answers.write(text + "\n")
+        answers.flush()
+
+    with RankPool() as pool:
+        serve(sys.stdin, write, pool)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

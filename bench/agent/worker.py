@@ -1,0 +1,214 @@
+"""One local rank of `passing-agent`: what it does for one command (timed all-reduces of a
+strategy, or training), and the loop that keeps it alive between commands.
+
+A rank lives as long as its agent (bench.agent.pool): torch is imported once, and every
+command builds its own process groups and sockets and tears them down before the next, so one
+command cannot see another's state. Every report carries the command's number, so a report of
+a command given up on is never taken for the next one's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from bench.agent.check import expected_sum, rank_tensor
+from host_agent.job_source import params_from_env
+from passing.contract import JobParams
+
+
+def _die_with_parent(parent: int) -> None:
+    """A rank must not outlive its passing-agent: an orphaned leader would go on streaming as
+    if its host were still in the session."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the parent's own cleanup is all there is
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+
+
+class _Tagged:
+    """The report queue as one command sees it: what it puts carries the command's number."""
+
+    def __init__(self, out, run: int):
+        self.out, self.run = out, run
+
+    def put(self, report: dict) -> None:
+        self.out.put({**report, "run": self.run})
+
+
+def serve(rank: int, commands, out, parent: int) -> None:
+    """The life of local rank `rank`: run each command from `commands` (a job dict, see
+    bench.agent.pool) until None, then report "idle" with the command's number. The pool
+    takes a rank that does not come back idle for stuck (a peer failed mid-collective) and
+    starts the ranks afresh."""
+    _die_with_parent(parent)
+    # torch's store logs every wait it retries; the agent reports its own clear error.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    while (job := commands.get()) is not None:
+        env = dict(os.environ)
+        closers: list = []
+        try:
+            _command(rank, job, _Tagged(out, job["run"]), closers)
+        finally:
+            _tear_down(closers)
+            os.environ.clear()
+            os.environ.update(env)
+        out.put({"idle": rank, "run": job["run"]})
+
+
+def _tear_down(closers: list) -> None:
+    """Release what a command held (its UDP sockets: the next command binds the same ports)
+    and its process group, whether it ended well or not."""
+    for close in closers:
+        try:
+            close()
+        except OSError:
+            pass
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _command(rank: int, args: dict, out, closers: list) -> None:
+    world, port = args["world"], args["port"]
+    try:
+        import torch
+        import torch.distributed as dist
+
+        from bench.agent import strategies
+        from host_agent.session import RendezvousError, agree_by_tcp, agree_in_group
+
+        params, host = args["params"], args["host"]
+        hosts = params.host_names
+        host_index = params.host_index(host)
+        ranks = strategies.Ranks(host_index, rank, [params.host(h).local_gpus for h in hosts])
+        stream = dict(rto=args["rto"], min_rto=min(args["min_rto"], args["rto"]),
+                      deadline=args["timeout"])
+        # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
+        # the code path is the same (PassingAllreduce moves the leader's sum to the CPU).
+        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
+        device = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        else:
+            # Many ranks share few cores (Mininet hosts on one machine): one thread each, or
+            # they oversubscribe the CPUs and every collective waits on a descheduled rank.
+            torch.set_num_threads(1)
+        passing = None
+        if args["strategy"] == "passing":
+            # Only the local ranks form a process group: between hosts there is the switch.
+            dist.init_process_group("nccl" if cuda else "gloo",
+                                    init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                    world_size=world)
+            # The leaders agree on the run's session at the first host; the store stays open
+            # for the whole run (see host_agent.session).
+            session, store, failure = 0, None, ""
+            if rank == 0:
+                try:
+                    session, store = agree_by_tcp(
+                        params.host(hosts[0]).host_ip, args["rendezvous_port"],
+                        params.job_id, host_index, len(hosts), args["rendezvous_timeout"],
+                        bytes.fromhex(params.session_key))
+                except RendezvousError as e:
+                    failure = str(e)
+            session = agree_in_group(None, session)  # 0: the leader's rendezvous failed
+            if not session:
+                raise RendezvousError(failure or "the leader could not agree on a session")
+            path = args["params_file"]
+            source = (lambda: JobParams.load(path)) if path else params_from_env
+            passing = strategies.PassingAllreduce(params, host, session=session,
+                                                  params_source=source, poll=args["pool_poll"],
+                                                  **stream)
+            closers.append(passing.close)
+            allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
+        else:
+            # The baselines need every rank of every host in one group, met at the first host
+            # (ina only for the barrier that starts each timed call together).
+            if args["ifname"]:
+                os.environ["GLOO_SOCKET_IFNAME"] = args["ifname"]
+            first = params.host(hosts[0]).host_ip
+            dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
+                                    init_method=f"tcp://{first}:{args['rendezvous_port']}")
+            if args["strategy"] == "ina":
+                ina = strategies.InaAllreduce(params, host, rank, **stream)
+                closers.append(ina.streamer.close)
+                allreduce, stats = ina.allreduce, ina.streamer.stats
+            else:
+                allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
+                stats = None
+        if args["train_steps"]:
+            out.put(_train(allreduce, ranks, args, stats))
+            dist.destroy_process_group()
+            return
+        base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
+        base = base.to(device)
+        exact, tol, count = expected_sum(params, args["seed"], args["size"], args["strategy"])
+        times, errors, excess, wrong = [], [], [], 0
+        for it in range(args["iters"] + 1):  # the first call warms up and is not timed
+            t = base.clone()
+            dist.barrier()
+            t0 = time.perf_counter()
+            allreduce(t)
+            if it:
+                times.append(time.perf_counter() - t0)
+            # Every call is checked, the warm-up too: a wrong first answer is still wrong.
+            err = np.abs(t.cpu().numpy().astype(np.float64) - exact)
+            errors.append(float(np.max(err)))
+            excess.append(float(np.max(err / tol)))
+            wrong += int(np.count_nonzero(err > tol))
+        # The leader reports for the host; every local rank's calls count.
+        report = torch.tensor([wrong, max(excess)], dtype=torch.float64)
+        dist.all_reduce(report, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            if passing is not None:  # after a pool move the counters are the new pool's
+                stats = passing.streamer.stats
+            out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
+                     "device": str(device), "times": times, "max_error": max(errors),
+                     "call_errors": errors, "tolerance": float(np.max(tol)),
+                     "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
+                     "contributors": count, **_stream_counts(stats), **_pools(passing)})
+        dist.destroy_process_group()
+    except Exception as e:
+        out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
+
+
+def _pools(passing) -> dict:
+    """The leader's pool moves ([call, pool, window] each) and the window it ended in; {} for
+    the baselines."""
+    stream = getattr(passing, "stream", None)
+    if stream is None:
+        return {}
+    return {"pool_moves": [list(m) for m in stream.vote.moves],
+            "window": stream.streamer.cfg.window}
+
+
+def _stream_counts(stats) -> dict:
+    """What this rank's own switch stream sent (zero for strategies without one)."""
+    return {"packets": stats.packets if stats else 0,
+            "retransmissions": stats.retransmissions if stats else 0,
+            "fast_retransmissions": stats.fast_retransmissions if stats else 0,
+            "probes": stats.probes if stats else 0}
+
+
+def _train(allreduce, ranks, args: dict, stats) -> dict:
+    """The training workload (bench/training.py) with this strategy's all-reduce: every rank
+    of every host is one data-parallel worker."""
+    from bench.training import train
+
+    world = sum(ranks.local_size)
+    res = train(allreduce, ranks.rank, world, args["train_steps"],
+                seed=args["seed"], global_batch=args["global_batch"] or 8 * world,
+                model=args["model"], eval_every=args["eval_every"])
+    res.update({"ok": True, "rank": ranks.local_rank, "strategy": args["strategy"],
+                "world": world, **_stream_counts(stats)})
+    return res
+
+

@@ -1,0 +1,120 @@
+"""passing-agent kept running (bench.agent.serve): two hosts of two local ranks, each one agent
+process answering command after command through the switch pipeline over real UDP. Every
+answer is checked (the first ones too), the ranks start once, a refused command changes
+nothing, and a failed command leaves no trace in the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from testbed.loopback import UdpLoopbackSwitch
+from tests import REPO
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Agent:
+    def __init__(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PASSING_")}
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.agent.serve"], cwd=REPO,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> dict:
+        line = self.proc.stdout.readline()
+        assert line, f"the agent exited (code {self.proc.poll()})"
+        return json.loads(line)
+
+    def close(self) -> int:
+        self.proc.stdin.close()
+        return self.proc.wait(60)
+
+
+@pytest.fixture
+def job(tmp_path):
+    sw = UdpLoopbackSwitch(2, agent_udp_port=_free_udp_port(), slots=32)
+    path = tmp_path / "job.json"
+    path.write_text(sw.agent_params(local_gpus=2).to_json())
+    agents = {h: Agent() for h in ("h1", "h2")}
+    yield path, agents
+    for a in agents.values():
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait()
+    sw.close()
+
+
+def _all(agents: dict[str, Agent], argv: list[str], hosts=("h1", "h2")) -> dict[str, dict]:
+    for h in hosts:
+        agents[h].send(json.dumps([*argv, "--host", h]))
+    return {h: agents[h].answer() for h in hosts}
+
+
+def test_commands_one_after_another_reuse_the_ranks_and_are_all_correct(job):
+    path, agents = job
+    # Strategies alternate (each builds and tears down its own process groups and sockets),
+    # and sizes change: a command must not see what the one before it left.
+    plan = [("passing", "3K"), ("ring", "2K"), ("passing", "5K"), ("ps", "1K"),
+            ("hier-ring", "3K"), ("passing", "1K")]
+    for strategy, size in plan:
+        res = _all(agents, ["--params", str(path), "--size", size, "--iters", "2",
+                            "--strategy", strategy])
+        for host, r in res.items():
+            assert r["ok"] and r["correct"] and r["strategy"] == strategy, (host, r)
+            assert r["size"] == int(size[:-1]) * 1024 and r["contributors"] == 4, r
+            assert len(r["call_errors"]) == 3  # the warm-up call was checked too
+            assert r["rank_starts"] == 1, "the ranks were started again"
+    assert all(a.close() == 0 for a in agents.values())
+
+
+def test_a_refused_command_is_answered_and_the_next_one_runs(job):
+    path, agents = job
+    a = agents["h1"]
+    for bad in ("not json", '"--size"', json.dumps(["--params", str(path), "--size", "x"]),
+                json.dumps(["--params", str(path), "--host", "h9"]),
+                json.dumps(["--params", str(path), "--help"])):
+        a.send(bad)
+        r = a.answer()
+        assert r["ok"] is False and r["usage"] is True and r["error"], (bad, r)
+    res = _all(agents, ["--params", str(path), "--size", "2K", "--iters", "1"])
+    assert all(r["ok"] and r["correct"] for r in res.values()), res
+
+
+def test_a_failed_command_restarts_the_ranks_and_the_next_one_is_correct(job):
+    path, agents = job
+    # h1 alone: its leader waits for h2 at the rendezvous and gives up.
+    agents["h1"].send(json.dumps(["--params", str(path), "--host", "h1", "--size", "1K",
+                                  "--rendezvous-timeout", "2"]))
+    failed = agents["h1"].answer()
+    assert not failed["ok"] and failed["error"], failed
+    res = _all(agents, ["--params", str(path), "--size", "2K", "--iters", "1"])
+    assert all(r["ok"] and r["correct"] for r in res.values()), res
+    assert res["h1"]["rank_starts"] == 2 and res["h2"]["rank_starts"] == 1, res
+
+
+def test_end_of_input_stops_the_agent_and_its_ranks(job):
+    path, agents = job
+    res = _all(agents, ["--params", str(path), "--size", "1K", "--iters", "1"])
+    assert all(r["ok"] and r["correct"] for r in res.values()), res
+    ranks = subprocess.run(["pgrep", "-P", str(agents["h1"].proc.pid)], capture_output=True,
+                           text=True).stdout.split()
+    assert len(ranks) >= 2, "the ranks should be up between commands"
+    agents["h1"].send("quit")
+    assert agents["h1"].proc.wait(60) == 0
+    for pid in ranks:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().split()[2] == "Z", f"rank {pid} outlived its agent"
