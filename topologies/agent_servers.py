@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import selectors
 import subprocess
 import sys
 import threading
@@ -29,7 +29,7 @@ def _env_key() -> tuple:
 class AgentServers:
     """Agents per host, each running one command at a time: a command takes an idle agent of
     its host started under the same PASSING_* environment, or starts one, and gives it back
-    when it has answered. Two jobs on one host at once get one agent each.
+    once it has read the agent's answer. Two jobs on one host at once get one agent each.
 
     Usage::
 
@@ -44,7 +44,8 @@ class AgentServers:
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[tuple, subprocess.Popen]]] = {}
         self._busy: list[subprocess.Popen] = []
-        self._hosts: dict[str, list[subprocess.Popen]] = {}  # every agent started, by host
+        self._hosts: dict[str, list[subprocess.Popen]] = {}  # agents started, by host
+        self._stopping = False
         self.started = 0  # agents started so far (the tests count them)
 
     def processes(self, host: str) -> list[subprocess.Popen]:
@@ -55,16 +56,14 @@ class AgentServers:
 
     def _take(self, host: str, key: tuple) -> subprocess.Popen:
         with self._lock:
+            if self._stopping:
+                raise RuntimeError("the network's agents are being stopped")
             idle = self._idle.setdefault(host, [])
             for i, (k, proc) in enumerate(idle):
                 if k == key and proc.poll() is None:
                     del idle[i]
                     self._busy.append(proc)
                     return proc
-            # Agents of another environment would never be taken again.
-            for _, proc in idle:
-                _end(proc)
-            idle.clear()
             self._log_dir.mkdir(parents=True, exist_ok=True)
             with open(self._log_dir / f"agent-{host}.log", "ab") as log:
                 proc = self._node(host).popen([sys.executable, "-m", "bench.agent.serve"],
@@ -80,88 +79,121 @@ class AgentServers:
         with self._lock:
             if proc in self._busy:
                 self._busy.remove(proc)
-            if proc.poll() is None:
-                self._idle.setdefault(host, []).append((key, proc))
+            if proc.poll() is not None:
+                return
+            if self._stopping:
+                _end(proc)
+                return
+            idle = self._idle.setdefault(host, [])
+            # An agent of another environment than the newest one is not kept for later.
+            for _, old in [(k, p) for k, p in idle if k != key]:
+                _end(old)
+            idle[:] = [(k, p) for k, p in idle if k == key] + [(key, proc)]
 
     def run(self, commands: dict[str, list[str]], bound: float) -> dict[str, dict]:
         """Give every host its passing-agent arguments at once; each host's report. A host
         without one within `bound` seconds gets an error, and every agent of the command is
-        killed: the others would wait for it at the next rendezvous."""
+        killed: the others would wait for it at the next rendezvous. An agent is reused only
+        once its answer to this command was read: one left with an answer unread (the caller
+        interrupted, say) is killed, or the next command would read that answer as its own."""
         key = _env_key()
-        procs = {h: self._take(h, key) for h in commands}
+        procs: dict[str, subprocess.Popen] = {}
+        answered: set[str] = set()
         try:
-            return self._exchange(procs, commands, bound)
+            for h in commands:
+                procs[h] = self._take(h, key)
+            out = self._exchange(procs, commands, bound)
+            answered = set(out)
+            return out
         finally:
             for host, proc in procs.items():
+                if host not in answered:
+                    _end(proc)
                 self._give_back(host, key, proc)
 
     def _exchange(self, procs: dict[str, subprocess.Popen], commands: dict[str, list[str]],
                   bound: float) -> dict[str, dict]:
         out: dict[str, dict] = {}
-        pending: dict[int, str] = {}
-        for host, argv in commands.items():
-            try:
-                procs[host].stdin.write(json.dumps(argv).encode() + b"\n")
-                procs[host].stdin.flush()
-                pending[procs[host].stdout.fileno()] = host
-            except (OSError, ValueError) as e:
-                out[host] = {"ok": False, "error": f"agent on {host} did not take the command: {e}"}
-                _end(procs[host])
-        chunks: dict[str, bytes] = {h: b"" for h in pending.values()}
-        deadline = time.monotonic() + bound
-        while pending:
-            left = deadline - time.monotonic()
-            ready = select.select(list(pending), [], [], left)[0] if left > 0 else []
-            if not ready:
-                for host in pending.values():
-                    out[host] = {"ok": False, "error": "agent did not finish (killed)"}
-                for proc in procs.values():
-                    _end(proc)
-                break
-            for fd in ready:
-                host = pending[fd]
-                data = os.read(fd, 1 << 16)
-                if not data:  # the agent exited
+        sel = selectors.DefaultSelector()
+        chunks: dict[str, bytes] = {}
+        try:
+            for host, argv in commands.items():
+                try:
+                    procs[host].stdin.write(json.dumps(argv).encode() + b"\n")
+                    procs[host].stdin.flush()
+                except (OSError, ValueError) as e:
+                    out[host] = {"ok": False,
+                                 "error": f"agent on {host} did not take the command: {e}"}
                     _end(procs[host])
-                    code = procs[host].returncode
-                    out[host] = {"ok": False, "error": f"agent on {host} exited (code {code}); "
-                                 f"see {self._log_dir / f'agent-{host}.log'}"}
-                    del pending[fd]
                     continue
-                chunks[host] += data
-                if b"\n" in chunks[host]:
+                sel.register(procs[host].stdout, selectors.EVENT_READ, host)
+                chunks[host] = b""
+            deadline = time.monotonic() + bound
+            while chunks.keys() - out.keys():
+                left = deadline - time.monotonic()
+                ready = sel.select(left) if left > 0 else []
+                if not ready:
+                    for host in chunks.keys() - out.keys():
+                        out[host] = {"ok": False, "error": "agent did not finish (killed)"}
+                    for proc in procs.values():
+                        _end(proc)
+                    break
+                for k, _ in ready:
+                    host = k.data
+                    data = os.read(k.fd, 1 << 16)
+                    if not data:  # the agent exited
+                        sel.unregister(k.fileobj)
+                        _end(procs[host])
+                        out[host] = {"ok": False, "error": (
+                            f"agent on {host} exited (code {procs[host].returncode}); "
+                            f"see {self._log_dir / f'agent-{host}.log'}")}
+                        continue
+                    chunks[host] += data
+                    if b"\n" not in chunks[host]:
+                        continue
+                    sel.unregister(k.fileobj)
                     line = chunks[host].split(b"\n", 1)[0]
                     try:
                         out[host] = json.loads(line)
                     except json.JSONDecodeError:
-                        out[host] = {"ok": False, "error": f"agent on {host} answered "
-                                     f"{line[:200]!r}"}
+                        out[host] = {"ok": False,
+                                     "error": f"agent on {host} answered {line[:200]!r}"}
                         _end(procs[host])
-                    del pending[fd]
+        finally:
+            sel.close()
         return out
 
     def stop(self) -> None:
-        """Ask every agent to stop (its ranks with it); kill those that do not within 10 s."""
+        """Ask every idle agent to stop (its ranks with it), killing those that do not within
+        10 s; agents running a command are killed (their command then fails)."""
         with self._lock:
-            procs = [p for idle in self._idle.values() for _, p in idle] + self._busy
+            self._stopping = True
+            idle = [p for agents in self._idle.values() for _, p in agents]
+            busy = list(self._busy)
             self._idle.clear()
-            self._busy = []
-        for proc in procs:
+        for proc in busy:
+            if proc.poll() is None:
+                proc.kill()  # its pipes are the running command's to close
+        for proc in idle:
             try:
                 proc.stdin.write(b"quit\n")
                 proc.stdin.close()
-            except (OSError, ValueError):  # gone already, or its pipe closed by _end
+            except (OSError, ValueError):  # gone already
                 pass
         deadline = time.monotonic() + 10.0
-        for proc in procs:
+        for proc in idle:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _end(proc)
+                pass
+            _end(proc)
+        with self._lock:
+            self._stopping = False  # a network started again gets agents again
 
 
 def _end(proc: subprocess.Popen) -> None:
-    """Kill an agent started here (its ranks die with it: PR_SET_PDEATHSIG)."""
+    """Kill an agent started here (its ranks die with it: PR_SET_PDEATHSIG) and close our
+    ends of its pipes."""
     if proc.poll() is None:
         proc.kill()
     proc.wait()

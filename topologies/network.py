@@ -236,8 +236,9 @@ class PassingNetwork:
                         "--train", str(train_steps), "--model", train_model,
                         "--eval-every", str(eval_every)] for h in hosts}
         # A generous bound: a hung agent (e.g. a baseline's rendezvous) must not hang the
-        # caller; the agent's own deadline covers the switch.
-        out = self.agents.run(commands, timeout * (iters + 2) + 120
+        # caller; the agent's own deadline covers the switch, and its own bound (its
+        # rendezvous and its ranks' tear-down added) comes first, with a clearer error.
+        out = self.agents.run(commands, timeout * (iters + 2) + 120 + 60 + 30
                               + train_budget_s(train_model, train_steps))
         if not train_steps:
             for h in hosts:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 
 from bench.agent import STRATEGIES
@@ -49,6 +50,7 @@ def run(params: JobParams, host: str, opts: RunOptions) -> dict:
     the digits MLP for that many steps) on `host` of the job `params`; the leader's report."""
     with RankPool() as pool:
         return pool.run(params, host, opts)
+
 
 def parser() -> argparse.ArgumentParser:
     """passing-agent's command line; its error() raises UsageError instead of exiting."""
@@ -150,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         parser().print_usage(sys.stderr)
         print(e, file=sys.stderr)
         return 2
+    # Before the ranks start (they import torch at once): torch's store logs every wait it
+    # retries; the agent reports its own clear error.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     res = run(params, host, opts)
     if args.json:
         print(json.dumps(res))

@@ -3,8 +3,9 @@
 Starting G ranks costs seconds each (a process, then torch); `make bench` runs dozens of
 commands per host, so the ranks start once and each command only builds its process groups
 (bench.agent.worker). A command that fails, or whose ranks do not all come back idle, costs
-the ranks: they are killed and the next command starts fresh ones, so nothing a failed command
-left behind (a rank stuck in a collective, a socket still bound) reaches the next.
+the ranks: they end and the next command starts fresh ones, so nothing a failed command
+left behind (a rank stuck in a collective, a socket still bound) reaches the next: they are
+asked to stop, and killed if they have not within 5 s.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class RankPool:
         self.stop()
         self._out = self._ctx.Queue()
         self._commands = [self._ctx.Queue() for _ in range(gpus)]
-        self._procs = [self._ctx.Process(target=worker.serve, daemon=True,
+        self._procs = [self._ctx.Process(target=worker.serve,
                                          args=(r, self._commands[r], self._out, os.getpid()))
                        for r in range(gpus)]
         for p in self._procs:

@@ -5,11 +5,13 @@ line (`["--params", "job.json", "--host", "h1", "--size", "1M", "--strategy", "r
 gets exactly one JSON line on stdout: the report `passing-agent --json` would print, plus
 `rank_starts` (how many times this agent started its local ranks), or, for arguments
 passing-agent refuses, `{"ok": false, "usage": true, "error": ...}`. End of input, or the line
-`quit`, stops it and its ranks.
+`quit`, stops it and its ranks. Anything that goes wrong is answered (`ok` false and an
+`error`), so every command gets its line.
 
 The local ranks start with the first command and stay up (bench.agent.pool): a command costs
 its process groups and rendezvous, not G processes importing torch. `make bench`, the Mininet
-CLI's `allreduce` and the tests drive one per host this way (topologies/agent_servers.py).
+CLI's `allreduce` and the tests drive them this way, one per host and command running at once
+(topologies/agent_servers.py).
 """
 
 from __future__ import annotations
@@ -24,24 +26,29 @@ from bench.agent.pool import RankPool
 
 
 def answer(line: str, pool: RankPool) -> dict:
-    """The report for one command line (see the module's docstring)."""
+    """The report for one command line (see the module's docstring). Whatever goes wrong is
+    answered, never raised: the caller always gets exactly one line per command."""
     try:
         argv = json.loads(line)
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise UsageError("a command is a JSON list of passing-agent arguments (strings)")
         params, host, opts, _ = parse_command(argv)
-    except (json.JSONDecodeError, UsageError) as e:
+    except (ValueError, RecursionError) as e:  # UsageError and JSONDecodeError among them
         return {"ok": False, "usage": True, "error": str(e)}
     except SystemExit:  # --help: argparse printed it (to stderr here) and wants to exit
         return {"ok": False, "usage": True, "error": "--help is not a command"}
-    res = pool.run(params, host, opts)
+    try:
+        res = pool.run(params, host, opts)
+    except Exception as e:  # noqa: BLE001 - answered; the ranks are started afresh
+        pool.stop()
+        return {"ok": False, "error": f"the agent failed: {type(e).__name__}: {e}"}
     res["rank_starts"] = pool.starts
     return res
 
 
-def serve(lines: Iterable[str], write: Callable[[str], None], pool: RankPool) -> None:
-    for line in lines:
-        line = line.strip()
+def serve(lines: Iterable[bytes], write: Callable[[str], None], pool: RankPool) -> None:
+    for raw in lines:
+        line = raw.decode("utf-8", errors="replace").strip()
         if not line:
             continue
         if line == "quit":
@@ -54,13 +61,16 @@ def main() -> int:
     # descriptors) goes to stderr, so no stray line is ever read as an answer.
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # Before the ranks start (they import torch at once): torch's store logs every wait it
+    # retries; the agent reports its own clear error.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
     def write(text: str) -> None:
         answers.write(text + "\n")
         answers.flush()
 
     with RankPool() as pool:
-        serve(sys.stdin, write, pool)
+        serve(sys.stdin.buffer, write, pool)
     return 0
 
 

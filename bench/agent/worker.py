@@ -18,6 +18,8 @@ from bench.agent.check import expected_sum, rank_tensor
 from host_agent.job_source import params_from_env
 from passing.contract import JobParams
 
+_GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+
 
 def _die_with_parent(parent: int) -> None:
     """A rank must not outlive its passing-agent: an orphaned leader would go on streaming as
@@ -49,17 +51,18 @@ def serve(rank: int, commands, out, parent: int) -> None:
     takes a rank that does not come back idle for stuck (a peer failed mid-collective) and
     starts the ranks afresh."""
     _die_with_parent(parent)
-    # torch's store logs every wait it retries; the agent reports its own clear error.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     while (job := commands.get()) is not None:
-        env = dict(os.environ)
+        # The one variable a command sets (a baseline's interface): put back as it was.
+        ifname = os.environ.get(_GLOO_IFNAME)
         closers: list = []
         try:
             _command(rank, job, _Tagged(out, job["run"]), closers)
         finally:
             _tear_down(closers)
-            os.environ.clear()
-            os.environ.update(env)
+            if ifname is None:
+                os.environ.pop(_GLOO_IFNAME, None)
+            else:
+                os.environ[_GLOO_IFNAME] = ifname
         out.put({"idle": rank, "run": job["run"]})
 
 
@@ -71,10 +74,13 @@ def _tear_down(closers: list) -> None:
             close()
         except OSError:
             pass
+    import torch
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # an idle rank keeps no GPU memory another program may need
 
 
 def _command(rank: int, args: dict, out, closers: list) -> None:
@@ -133,7 +139,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             # The baselines need every rank of every host in one group, met at the first host
             # (ina only for the barrier that starts each timed call together).
             if args["ifname"]:
-                os.environ["GLOO_SOCKET_IFNAME"] = args["ifname"]
+                os.environ[_GLOO_IFNAME] = args["ifname"]
             first = params.host(hosts[0]).host_ip
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
                                     init_method=f"tcp://{first}:{args['rendezvous_port']}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 
 from testbed.loopback import UdpLoopbackSwitch
 from tests import REPO
+from topologies import agent_servers
+from topologies.agent_servers import AgentServers
 
 
 def _free_udp_port() -> int:
@@ -118,3 +121,44 @@ def test_end_of_input_stops_the_agent_and_its_ranks(job):
     for pid in ranks:
         assert not os.path.exists(f"/proc/{pid}") or \
             open(f"/proc/{pid}/stat").read().split()[2] == "Z", f"rank {pid} outlived its agent"
+
+
+class _LocalNode:
+    """A Mininet host stand-in: the agent runs here, in this namespace."""
+
+    def popen(self, argv, **kw):
+        return subprocess.Popen(argv, cwd=REPO, **kw)
+
+
+def test_the_driver_never_reads_an_old_answer_as_a_new_one(tmp_path, monkeypatch):
+    """topologies.agent_servers: an agent whose answer went unread (the caller interrupted,
+    or out of time) is not reused; the next command gets its own answer, from a new agent.
+    Refused commands (answered at once, no switch needed) tell the answers apart."""
+    agents = AgentServers(lambda host: _LocalNode(), tmp_path)
+    try:
+        assert "'x1'" in agents.run({"h1": ["--size", "x1"]}, 60)["h1"]["error"]
+        assert "'x2'" in agents.run({"h1": ["--size", "x2"]}, 60)["h1"]["error"]
+        assert agents.started == 1  # the same agent answered both
+
+        class Interrupted(selectors.DefaultSelector):
+            def select(self, timeout=None):
+                raise KeyboardInterrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(agent_servers.selectors, "DefaultSelector", Interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                agents.run({"h1": ["--size", "x3"]}, 60)
+        assert "'x4'" in agents.run({"h1": ["--size", "x4"]}, 60)["h1"]["error"]
+        assert agents.started == 2
+        late = agents.run({"h1": ["--size", "x5"]}, 0)["h1"]  # no time to answer
+        assert late == {"ok": False, "error": "agent did not finish (killed)"}
+        assert "'x6'" in agents.run({"h1": ["--size", "x6"]}, 60)["h1"]["error"]
+        assert agents.started == 3
+        # Started under another PASSING_* environment: not reused.
+        monkeypatch.setenv("PASSING_POOL_POLL", "0.5")
+        assert "'x7'" in agents.run({"h1": ["--size", "x7"]}, 60)["h1"]["error"]
+        assert agents.started == 4
+        assert len(agents.processes("h1")) == 1  # the other environment's agent ended
+    finally:
+        agents.stop()
+    assert all(p.poll() is not None for p in agents._hosts["h1"])
