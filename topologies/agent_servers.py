@@ -43,8 +43,7 @@ class AgentServers:
         self._log_dir = Path(log_dir)
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[tuple, subprocess.Popen]]] = {}
-        self._busy: list[subprocess.Popen] = []
-        self._hosts: dict[str, list[subprocess.Popen]] = {}  # agents started, by host
+        self._busy: dict[subprocess.Popen, str] = {}  # agent running a command -> its host
         self._stopping = False
         self.started = 0  # agents started so far (the tests count them)
 
@@ -52,7 +51,7 @@ class AgentServers:
         """The agents of `host` now (idle ones, then those running a command)."""
         with self._lock:
             return [p for _, p in self._idle.get(host, [])] + [
-                p for p in self._busy if p in self._hosts.get(host, ())]
+                p for p, h in self._busy.items() if h == host]
 
     def _take(self, host: str, key: tuple) -> subprocess.Popen:
         with self._lock:
@@ -62,7 +61,7 @@ class AgentServers:
             for i, (k, proc) in enumerate(idle):
                 if k == key and proc.poll() is None:
                     del idle[i]
-                    self._busy.append(proc)
+                    self._busy[proc] = host
                     return proc
             self._log_dir.mkdir(parents=True, exist_ok=True)
             with open(self._log_dir / f"agent-{host}.log", "ab") as log:
@@ -70,15 +69,12 @@ class AgentServers:
                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                               stderr=log)
             self.started += 1
-            self._hosts[host] = [p for p in self._hosts.get(host, []) if p.poll() is None]
-            self._hosts[host].append(proc)
-            self._busy.append(proc)
+            self._busy[proc] = host
             return proc
 
     def _give_back(self, host: str, key: tuple, proc: subprocess.Popen) -> None:
         with self._lock:
-            if proc in self._busy:
-                self._busy.remove(proc)
+            self._busy.pop(proc, None)
             if proc.poll() is not None:
                 return
             if self._stopping:
@@ -169,7 +165,7 @@ class AgentServers:
         with self._lock:
             self._stopping = True
             idle = [p for agents in self._idle.values() for _, p in agents]
-            busy = list(self._busy)
+            busy = list(self._busy)  # the agents (dict keys)
             self._idle.clear()
         for proc in busy:
             if proc.poll() is None:

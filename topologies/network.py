@@ -18,7 +18,8 @@ from pathlib import Path
 from mininet.link import TCLink
 from mininet.net import Mininet
 
-from bench.workloads import DEFAULT_MODEL, train_budget_s
+from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
+from bench.workloads import DEFAULT_MODEL
 from controller.core import Controller, Endpoint
 from controller.job_plan import JobSpec
 from controller.topology import Topology
@@ -235,11 +236,11 @@ class PassingNetwork:
                         "--strategy", strategy, "--ifname", self.net.get(h).defaultIntf().name,
                         "--train", str(train_steps), "--model", train_model,
                         "--eval-every", str(eval_every)] for h in hosts}
-        # A generous bound: a hung agent (e.g. a baseline's rendezvous) must not hang the
-        # caller; the agent's own deadline covers the switch, and its own bound (its
-        # rendezvous and its ranks' tear-down added) comes first, with a clearer error.
-        out = self.agents.run(commands, timeout * (iters + 2) + 120 + 60 + 30
-                              + train_budget_s(train_model, train_steps))
+        # A hung agent (e.g. a baseline's rendezvous) must not hang the caller; the agent's
+        # own bound, and its ranks' tear-down, come first, with a clearer error.
+        opts = RunOptions(iters=iters, timeout=timeout, train_steps=train_steps,
+                          model=train_model)
+        out = self.agents.run(commands, command_budget_s(opts) + IDLE_GRACE_S + 20)
         if not train_steps:
             for h in hosts:
                 self._link_use(out[h], h, before[h], iters)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.workloads import train_budget_s
+
+IDLE_GRACE_S = 10.0  # how long ranks may take to tear a command down after the leader reported
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -28,3 +32,10 @@ class RunOptions:
     # (None) the environment's source; every pool_poll seconds (0: never).
     params_file: str | None = None
     pool_poll: float = 2.0
+
+
+def command_budget_s(opts: RunOptions) -> float:
+    """How long the local ranks may take to report on one command before the agent gives up
+    on them: every call's deadline, the rendezvous, start-up and training."""
+    return (opts.timeout * (opts.iters + 2) + opts.rendezvous_timeout + 120
+            + train_budget_s(opts.model, opts.train_steps))

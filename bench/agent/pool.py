@@ -20,11 +20,8 @@ import time
 import numpy as np
 
 from bench.agent import worker
-from bench.agent.options import RunOptions
-from bench.workloads import train_budget_s
+from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
 from passing.contract import JobParams
-
-IDLE_GRACE_S = 10.0  # how long ranks may take to tear a command down after the leader reported
 
 
 def _free_port() -> int:
@@ -50,10 +47,6 @@ class RankPool:
         self._out = None
         self._runs = 0
         self.starts = 0  # how many times ranks were started (for the report and the tests)
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self._procs]
 
     def _start(self, gpus: int) -> None:
         self.stop()
@@ -99,8 +92,7 @@ class RankPool:
                "rendezvous_port": opts.rendezvous_port or 29500 + params.job_id % 1000}
         for q in self._commands:
             q.put(job)
-        budget = (opts.timeout * (opts.iters + 2) + opts.rendezvous_timeout + 120
-                  + train_budget_s(opts.model, opts.train_steps))
+        budget = command_budget_s(opts)
         reports, idle = self._collect(self._runs, budget)
         # The leader's report says most (its error names the switch); others only if it has none.
         res = next((r for r in reports if r.get("rank") == 0), reports[0])

@@ -159,6 +159,7 @@ def test_the_driver_never_reads_an_old_answer_as_a_new_one(tmp_path, monkeypatch
         assert "'x7'" in agents.run({"h1": ["--size", "x7"]}, 60)["h1"]["error"]
         assert agents.started == 4
         assert len(agents.processes("h1")) == 1  # the other environment's agent ended
+        last = agents.processes("h1")
     finally:
         agents.stop()
-    assert all(p.poll() is not None for p in agents._hosts["h1"])
+    assert all(p.poll() is not None for p in last)
