@@ -153,6 +153,9 @@ class _Call:
         self.eager = False  # ... and asks for CLOSE in every packet, at once (see _send)
         self.resent = np.zeros(used, dtype=bool)
         self.probed = np.zeros(used, dtype=bool)  # the latest transmission was a probe
+        # The first send of the older packet a probe resent last (SlotStreamer._probe); -1
+        # after any result: a new silence starts with the oldest waiting packet.
+        self.rotation = -1
         self.payloads = np.zeros((used, P.PAYLOAD_BYTES), dtype=np.uint8)
 
     def fragments(self, slots: np.ndarray) -> np.ndarray:
@@ -412,6 +415,7 @@ class SlotStreamer:
                     patience = None if forced else self.patience_now()
                 last_progress = probe_ref = now
                 probes = 0
+                call.rotation = -1
                 mark = max(mark, newest)
                 self.rounds[slots] += np.uint32(1)  # wraps at 2**32, as the switch reads it
                 more = call.absorb(slots, frags, recs)
@@ -578,12 +582,30 @@ class SlotStreamer:
             self.stats.fast_retransmissions += lost.size
 
     def _probe(self, call: _Call, now: float) -> None:
-        """No result for a timer period: resend only the newest packet. Its result, once it
-        comes, settles every older packet (_resend_overtaken); if a host is merely slow, the
-        wait costs one packet per (doubling) period instead of the whole window."""
+        """No result for a timer period: resend the newest packet, and the next few older
+        ones in turn. The newest's answer, once it comes, settles every older packet
+        (_resend_overtaken); if a host is merely slow, the wait costs a few packets per
+        (doubling) period instead of the whole window.
+
+        The older ones are needed because after two losses each host's newest packet may be
+        waiting for another host (one that lost the result of an older round of that slot, or
+        its own contribution to it), while what that host lost is an older packet its own
+        probe of the newest never resends. So each probe also resends the oldest waiting
+        packets not yet resent in this silence, an eighth of those waiting (at least one):
+        within eight silent periods every packet a host waits on has been resent once. Their
+        answers count as ordinary ones (not `probed`): an old packet's result may come back
+        while newer ones still wait for a slow host, which are not lost."""
         waiting = np.flatnonzero(call.pending)
-        newest = waiting[np.argmax(call.first_seq[waiting])]
+        order = waiting[np.argsort(call.first_seq[waiting])]
+        newest, older = order[-1], order[:-1]
         self._resend(call, np.array([newest]), now, probe=True)
+        if older.size:
+            turn = older[call.first_seq[older] > call.rotation]
+            if not turn.size:
+                turn = older  # every older packet was resent once in this silence: again
+            turn = turn[:-(-waiting.size // 8)]
+            self._resend(call, turn, now, probe=False)
+            call.rotation = int(call.first_seq[turn[-1]])
         self.stats.probes += 1
 
     def _timeout(self, call: _Call) -> SwitchTimeout:

@@ -136,3 +136,33 @@ def test_random_loss_is_recovered_mostly_without_timers():
     probes = sum(s.stats.probes for s in streamers)
     assert fast > probes, [s.stats for s in streamers]
     assert all(np.isfinite(r[0]).all() for r in results)
+
+
+def test_losses_that_leave_each_host_probing_a_packet_only_the_other_can_answer():
+    """Two losses that leave each host's newest waiting packet needing the other host:
+    host 2 loses the result of slot 1's first round (the newest packet it had sent), so it
+    never sends slot 1's next round; host 1 loses its own contribution to slot 0's next round.
+    Host 1's newest packet (slot 1, next round) then waits for host 2, and host 2's newest
+    (slot 0, next round) waits for host 1: probing only the newest would resend those two
+    forever, and the call would end in SwitchTimeout. The probe also works through the older
+    waiting packets, so each host resends what it lost and the call completes."""
+    tensors = random_tensors(2, 2 * P.K, seed=15)
+    switch = LoopbackSwitch(2)
+    hooks = {}
+
+    def wrap(port, t):
+        if port == 1:
+            hooks[port] = Interposer(t, on_send=lose_first(
+                lambda r: r["slot"] == 0 and r["round"] == 1))
+        else:
+            hooks[port] = Interposer(t, on_recv=lose_first(
+                lambda r: r["slot"] == 1 and r["round"] == 0))
+        return hooks[port]
+
+    results, streamers = run_hosts(switch, tensors, calls=2, wrap=wrap, window=2,
+                                   rto=0.005, min_rto=0.005, max_rto=0.05, deadline=3.0)
+    check(results, tensors)
+    assert [hooks[1].lost, hooks[2].lost] == [1, 1]
+    # Each host resends what it lost (and possibly the packet it probes first): a few
+    # packets, not a stall until the deadline.
+    assert all(s.stats.retransmissions <= 6 for s in streamers), [s.stats for s in streamers]
