@@ -5,7 +5,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-other-k lint bench bench-quick bench-bmv2 bench-model bench-stragglers run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-other-k lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-model   the same for the software switch model"
 	@echo "make bench-stragglers  training with one host 2x slower: bulk-synchronous vs quorum"
 	@echo "                   (star, model; CSV, JSON, plot in build/stragglers; root)"
+	@echo "make bench-loss    all-reduce with 1% and 5% loss on every link, 20% on one (root)"
 	@echo "make run-topology  Mininet + switches + controller + a default job, then the CLI"
 	@echo "                   (TOPO=star|leafspine, TARGET=auto|bmv2|model)"
 	@echo "make stop          clean up after a run: Mininet, switch processes, namespaces"
@@ -77,6 +78,13 @@ bench-stragglers:
 	@[ "$$(id -u)" = 0 ] || { echo "make bench-stragglers: Mininet needs root"; exit 2; }
 	@./scripts/stop.sh >/dev/null
 	$(PY) -m bench.stragglers --out $(BUILD)/stragglers
+
+# All-reduce under random loss (bench/loss.py, docs/benchmarks.md "Loss"); root.
+bench-loss:
+	@[ "$$(id -u)" = 0 ] || { echo "make bench-loss: Mininet needs root"; exit 2; }
+	@./scripts/stop.sh >/dev/null
+	@mkdir -p $(BUILD)
+	$(PY) -m bench.loss --strategies passing,ring,hier-ring --json-out $(BUILD)/bench-loss.json
 
 TOPO ?= star
 TARGET ?= auto

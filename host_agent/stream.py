@@ -9,13 +9,13 @@ goes out; W slots are in flight at once. Every use of a slot is the slot's next 
 the rounds for the life of the session; every host counts the same rounds.
 
 Loss (docs/protocol.md, "Loss recovery"): a packet still unanswered when a packet sent after it
-has been answered was lost, and is resent at once; a timer period without any result sends one
-probe (the newest packet), doubling the period each time. Waiting for a slow host or a busy switch
-is never taken for the loss of the whole window. A resend carries RETRANS and brings the result
-whether the contribution or the result was lost. A switch that stops answering ends in
-SwitchTimeout, not a hang. Results are matched on session, slot, round,
-fragment and the call's tag, so neither a result of another session nor a late duplicate of an
-earlier call is ever taken for a new result.
+has been answered was lost, and is resent at once; a timer period without any result sends a
+probe (the newest packet, and an eighth of the older ones in turn), doubling the period each
+time. Waiting for a slow host or a busy switch is never taken for the loss of the whole window.
+A resend carries RETRANS and brings the result whether the contribution or the result was lost.
+A switch that stops answering ends in SwitchTimeout, not a hang. Results are matched on
+session, slot, round, fragment and the call's tag, so neither a result of another session nor
+a late duplicate of an earlier call is ever taken for a new result.
 
 A streamer is one session (host_agent.session): the rounds it keeps are in step with the other
 hosts' only as long as every call completes everywhere. After a failed call (a timeout, a socket
@@ -105,9 +105,10 @@ class StreamConfig:
 @dataclass
 class StreamStats:
     packets: int = 0
-    retransmissions: int = 0  # every resend: fast_retransmissions + probes
+    retransmissions: int = 0  # every resend: fast_retransmissions + probes + rotated + closes
     fast_retransmissions: int = 0  # packets found lost because a later one was answered
-    probes: int = 0  # resends after a timer period without any result
+    probes: int = 0  # resends of the newest packet after a timer period without any result
+    rotated: int = 0  # older packets those probes resent in turn (SlotStreamer._probe)
     results: int = 0
     ignored: int = 0  # results that matched nothing pending (duplicates, stale)
     closes: int = 0  # packets that asked for CLOSE: waited `patience`, or follow one that did
@@ -152,6 +153,9 @@ class _Call:
         self.abstaining = np.zeros(used, dtype=bool)  # the slot's packet carries no values
         self.eager = False  # ... and asks for CLOSE in every packet, at once (see _send)
         self.resent = np.zeros(used, dtype=bool)
+        # ... resent other than in a probe's turn through the older packets: its round waited
+        # for the others, or for a loss, or asked for CLOSE (what adaptive patience skips).
+        self.retried = np.zeros(used, dtype=bool)
         self.probed = np.zeros(used, dtype=bool)  # the latest transmission was a probe
         # The first send of the older packet a probe resent last (SlotStreamer._probe); -1
         # after any result: a new silence starts with the oldest waiting packet.
@@ -455,7 +459,10 @@ class SlotStreamer:
         straggler to arrive and does not count either; its later rounds started together
         on every host and do. Without that, a host that is always late would leave nothing
         to measure and the patience at its upper bound."""
-        full = ~call.resent[slots] & (recs["num_contrib"].astype(np.int64) >= self.cfg.complete)
+        # A probe's turn through the older packets resends every packet that waits long
+        # enough (a late host's lateness included): such resends do not hide a wait.
+        full = ~call.retried[slots] & (recs["num_contrib"].astype(np.int64)
+                                       >= self.cfg.complete)
         if forced:
             full &= call.step[slots] > 0
         if not full.any():
@@ -540,7 +547,7 @@ class SlotStreamer:
         call.p_round[slots] = rounds
         call.first_seq[slots] = seq
         call.last_seq[slots] = seq
-        call.resent[slots] = False
+        call.resent[slots] = call.retried[slots] = False
         call.probed[slots] = False
         call.close[slots] = close
         call.waited[slots] = False
@@ -556,9 +563,10 @@ class SlotStreamer:
         call.sent[slots] = call.first_sent[slots] = time.monotonic()
         self.stats.packets += slots.size
 
-    def _resend(self, call: _Call, slots: np.ndarray, now: float, probe: bool) -> None:
+    def _resend(self, call: _Call, slots: np.ndarray, now: float, probe: bool,
+                rotated: bool = False) -> None:
         """Send the packets `slots` wait on again, marked RETRANS (and CLOSE once their
-        patience ran out)."""
+        patience ran out); `rotated`: in a probe's turn through the older packets."""
         flags = int(P.Flag.CONTRIB | P.Flag.RETRANS) | self._pool_flag
         for s in slots.tolist():
             f = flags | int(P.Flag.CLOSE) if call.close[s] else flags
@@ -566,6 +574,8 @@ class SlotStreamer:
         call.last_seq[slots] = self._next_seq(slots.size)
         call.sent[slots] = now
         call.resent[slots] = True
+        if not rotated:
+            call.retried[slots] = True
         call.probed[slots] = probe
         self.stats.retransmissions += slots.size
         self.stats.packets += slots.size
@@ -584,29 +594,33 @@ class SlotStreamer:
     def _probe(self, call: _Call, now: float) -> None:
         """No result for a timer period: resend the newest packet, and the next few older
         ones in turn. The newest's answer, once it comes, settles every older packet
-        (_resend_overtaken); if a host is merely slow, the wait costs a few packets per
-        (doubling) period instead of the whole window.
+        (_resend_overtaken).
 
         The older ones are needed because after two losses each host's newest packet may be
         waiting for another host (one that lost the result of an older round of that slot, or
         its own contribution to it), while what that host lost is an older packet its own
         probe of the newest never resends. So each probe also resends the oldest waiting
         packets not yet resent in this silence, an eighth of those waiting (at least one):
-        within eight silent periods every packet a host waits on has been resent once. Their
-        answers count as ordinary ones (not `probed`): an old packet's result may come back
-        while newer ones still wait for a slow host, which are not lost."""
+        within eight silent periods every packet a host waits on has been resent once, and
+        the turn starts again. A host that is merely slow costs the others 1 + W/8 packets per
+        (doubling) period, not the whole window each time. The older packets' answers count
+        as ordinary ones (not `probed`): an old packet's result may come back while newer ones
+        still wait for a slow host, which are not lost."""
         waiting = np.flatnonzero(call.pending)
         order = waiting[np.argsort(call.first_seq[waiting])]
         newest, older = order[-1], order[:-1]
         self._resend(call, np.array([newest]), now, probe=True)
-        if older.size:
-            turn = older[call.first_seq[older] > call.rotation]
-            if not turn.size:
-                turn = older  # every older packet was resent once in this silence: again
-            turn = turn[:-(-waiting.size // 8)]
-            self._resend(call, turn, now, probe=False)
-            call.rotation = int(call.first_seq[turn[-1]])
         self.stats.probes += 1
+        if not older.size:
+            return
+        turn = older[call.first_seq[older] > call.rotation]
+        if not turn.size:
+            turn = older  # every older packet was resent once in this silence: again
+        share = -(-waiting.size // 8)
+        turn = turn[:share]
+        self._resend(call, turn, now, probe=False, rotated=True)
+        self.stats.rotated += turn.size
+        call.rotation = int(call.first_seq[turn[-1]])
 
     def _timeout(self, call: _Call) -> SwitchTimeout:
         waiting = np.flatnonzero(call.pending)[:5].tolist()

@@ -201,7 +201,8 @@ def _stream_counts(stats) -> dict:
     return {"packets": stats.packets if stats else 0,
             "retransmissions": stats.retransmissions if stats else 0,
             "fast_retransmissions": stats.fast_retransmissions if stats else 0,
-            "probes": stats.probes if stats else 0}
+            "probes": stats.probes if stats else 0,
+            "rotated": stats.rotated if stats else 0}
 
 
 def _train(allreduce, ranks, args: dict, stats) -> dict:
