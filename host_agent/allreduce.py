@@ -192,7 +192,8 @@ class PassingAllreduce:
         quorum = self.stream.cfg.patience is not None
         try:
             result = torch.from_numpy(self.stream.allreduce(flat).reshape(out.shape))
-            counts = self.stream.last_counts
+            # (Spread over the elements only where a quorum may have closed rounds.)
+            counts = self.stream.last_counts if quorum else None
         except NonFiniteError as e:
             if self.nonfinite == "raise":
                 return _NONFINITE, str(e)

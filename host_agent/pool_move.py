@@ -213,7 +213,15 @@ class PooledStreamer:
             session=pool_session(cfg.session, params.pool, params.window)), transport)
         self.vote = PoolVote(params, source, poll)
         self.policy = policy
-        self.last_counts = np.zeros(0, dtype=np.int64)
+        self._counted: tuple[SlotStreamer, int] | None = None  # the last call's streamer, n
+
+    @property
+    def last_counts(self) -> np.ndarray:
+        """GPUs in each element of the last call's sum (made when asked for)."""
+        if self._counted is None:
+            return np.zeros(0, dtype=np.int64)
+        streamer, n = self._counted
+        return streamer.last_counts[:n]
 
     @property
     def cfg(self) -> StreamConfig:
@@ -225,10 +233,10 @@ class PooledStreamer:
         n, cfg = flat.size, self.streamer.cfg
         before = self.vote.params
         total = self.streamer.allreduce(self.vote.with_vote(flat))
-        counts = self.streamer.last_counts
-        votes = slice(vote_offset(n), None)
-        moving = self.vote.decide(total[votes], counts[votes], cfg.complete, cfg.streams)
-        self.last_counts = counts[:n]
+        start = vote_offset(n)
+        moving = self.vote.decide(total[start:], self.streamer.counts_from(start), cfg.complete,
+                                  cfg.streams)
+        self._counted = (self.streamer, n)
         if moving is None:
             return total[:n]
         rules = self.policy(moving) if self.policy is not None else {}

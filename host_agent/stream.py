@@ -179,10 +179,13 @@ class _Call:
         data = (st > 0) & (self.agreed[frag] != fx.POISON)
         abstain = data & (self.local_exp[frag] > self.agreed[frag])
         data &= ~abstain
-        values = np.zeros((slots.size, P.K), dtype=np.int32)
-        if data.any():
-            values[data] = fx.quantize(self.blocks[frag[data]], self.agreed[frag[data]],
-                                       self.s_bits)
+        if data.all():  # (the usual batch: no mask to copy through)
+            values = fx.quantize(self.blocks[frag], self.agreed[frag], self.s_bits)
+        else:
+            values = np.zeros((slots.size, P.K), dtype=np.int32)
+            if data.any():
+                values[data] = fx.quantize(self.blocks[frag[data]], self.agreed[frag[data]],
+                                           self.s_bits)
         nxt = frag + self.used
         ahead = self.local_exp[np.minimum(nxt, self.nfrag - 1)]
         exp = np.where(st == 0, self.local_exp[slots], np.where(nxt < self.nfrag, ahead, 0))
@@ -199,7 +202,9 @@ class _Call:
         rest = ~first
         self.counts[frags[rest]] = recs["num_contrib"][rest]
         data = rest & (agreed[frags] != fx.POISON)
-        if data.any():
+        if data.all():  # (the usual batch: no mask to copy through)
+            self.out[frags] = fx.dequantize(recs["values"], agreed[frags], self.s_bits)
+        elif data.any():
             self.out[frags[data]] = fx.dequantize(recs["values"][data], agreed[frags[data]],
                                                   self.s_bits)
         ahead = rest & (frags + used < nfrag)
@@ -266,8 +271,9 @@ class SlotStreamer:
         self._drainer: threading.Thread | None = None
         if cfg.patience is not None:
             self._start_reading()
-        self.last_counts = np.zeros(0, dtype=np.int64)  # GPUs in each element of the last sum
-        self._counts = np.zeros(0, dtype=np.int64)
+        self._counts = np.zeros(0, dtype=np.int64)  # GPUs in each fragment of the last sum
+        self._counts_n = 0  # ... of its values
+        self._last_counts: np.ndarray | None = None
         if cfg.pool not in (0, 1):
             raise ValueError(f"pool {cfg.pool}: 0 or 1 (the low bit of JobParams.pool)")
         self._pool_flag = int(P.Flag.POOL) if cfg.pool else 0
@@ -291,10 +297,13 @@ class SlotStreamer:
         flat = np.asarray(x).ravel()
         n = flat.size
         if n == 0:
-            self.last_counts = np.zeros(0, dtype=np.int64)
+            self._counts, self._counts_n, self._last_counts = np.zeros(0, dtype=np.int64), 0, None
             return np.zeros(0)
         nfrag = -(-n // P.K)
-        blocks = np.zeros((nfrag, P.K), dtype=np.float64)
+        # float32 values stay float32 until quantized (per batch, in float64): half the memory
+        # to fill and scan; anything else is kept as float64, exactly.
+        blocks = np.zeros((nfrag, P.K), dtype=np.float32 if flat.dtype == np.float32
+                          else np.float64)
         local_error = None
         try:
             fx.check_finite(flat)
@@ -320,7 +329,7 @@ class SlotStreamer:
         except BaseException as e:
             self.broken = f"{type(e).__name__}: {e}"
             raise
-        self.last_counts = np.repeat(self._counts, P.K)[:n]
+        self._counts_n, self._last_counts = n, None
         if local_error is not None and (self.cfg.patience is None
                                         or np.any(agreed == fx.POISON)):
             raise fx.NonFiniteError(f"this host: {local_error}")
@@ -330,6 +339,21 @@ class SlotStreamer:
             raise fx.NonFiniteError(f"job {self.cfg.job_id}: another host had NaN/Inf (or a "
                                     "value beyond float32's range) in the same call")
         return sums.ravel()[:n]
+
+    @property
+    def last_counts(self) -> np.ndarray:
+        """GPUs in each element of the last sum. Made when first asked for: a bulk-synchronous
+        caller rarely needs it, and spreading the counts over every element costs a large
+        call tens of milliseconds."""
+        if self._last_counts is None:
+            self._last_counts = np.repeat(self._counts, P.K)[:self._counts_n]
+        return self._last_counts
+
+    def counts_from(self, start: int) -> np.ndarray:
+        """last_counts[start:], without spreading the counts over the elements before."""
+        first = start // P.K
+        return np.repeat(self._counts[first:], P.K)[start - first * P.K:self._counts_n - first
+                                                    * P.K]
 
     def calls_ready(self, n: int, most: int = 256) -> int:
         """How many of this host's next all-reduces of `n` values the switch has already
@@ -497,6 +521,9 @@ class SlotStreamer:
         """Send the next packet of each of `slots`, except where its result came early (the
         others closed that round without this host): such a slot takes the result as if
         answered and goes on to its next packet, in turn."""
+        if not self.early:  # (the usual case: no dictionary look-up per slot)
+            self._send(call, slots)
+            return
         while slots.size:
             hits = []
             for s in slots.tolist():

@@ -38,3 +38,30 @@ def test_the_memory_sink_hands_over_at_most_per_pass_results_in_order():
     want = rows.copy()
     want[:, packet.FLAGS_OFFSET] = int(P.Flag.RESULT)
     assert np.array_equal(np.concatenate(got), want)
+
+
+def test_a_wrong_sum_in_the_warm_up_call_is_reported(monkeypatch):
+    """The warm-up call is checked like the timed ones: a sink that corrupts one value of the
+    first value packet it answers makes the run fail, naming call 0."""
+    class Corrupting(agent_pps.MemorySink):
+        done = False
+
+        def send_rows(self, rows):
+            rows = rows.copy()
+            recs = rows.view(packet.PAYLOAD_DTYPE).ravel()
+            data = np.flatnonzero(np.any(recs["values"] != 0, axis=1))
+            if not Corrupting.done and data.size:
+                recs["values"][data[0], 0] += 1 << 20
+                Corrupting.done = True
+            super().send_rows(rows)
+
+    monkeypatch.setattr(agent_pps, "MemorySink", Corrupting)
+    with pytest.raises(SystemExit, match="call 0: wrong result"):
+        agent_pps.main(["--sink", "memory", "--size", "20K", "--slots", "32"])
+    assert Corrupting.done
+
+
+def test_calls_must_be_at_least_one():
+    with pytest.raises(SystemExit) as e:
+        agent_pps.main(["--calls", "0"])
+    assert e.value.code == 2

@@ -103,6 +103,11 @@ def test_a_straggler_is_left_out_by_a_quorum_and_then_waited_for(tmp_path):
     assert fast.closes > 0 and fast.short_calls == 2 and late.short_calls == 2
     assert late.taken_early > 0  # results of rounds it never sent, taken from the multicast
     assert hosts[0].short_streak == 1
+    # The counts of a tail of the sum (what a pool vote reads) are those of the whole sum's.
+    whole = hosts[0].last_counts
+    assert np.array_equal(whole, counts[0][2]) and np.any(whole == 2)
+    for start in (0, 1, P.K - 1, P.K, 5 * P.K + 3, 20 * P.K - 1, 20 * P.K):
+        assert np.array_equal(hosts[0].counts_from(start), whole[start:]), start
     # An empty call after a short one leaves no counts of the earlier call behind.
     assert hosts[0].allreduce(np.zeros(0)).size == 0 and hosts[0].last_counts.size == 0
 
