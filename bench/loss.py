@@ -26,7 +26,7 @@ import numpy as np
 
 from bench.agent import STRATEGIES
 from bench.sizes import parse_size
-from bench.sweep import Progress, _list, _positive, _strategy, _variant
+from bench.sweep import Progress, _list, _positive, _strategy
 from controller.topology import load
 from passing.pipeline_files import topology_file
 from topologies.network import PassingNetwork
@@ -122,16 +122,9 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-def _links(pnet: PassingNetwork) -> list[tuple[str, str]]:
-    topo = pnet.topo
-    return [(h.name, h.rack) for h in topo.hosts.values()] + \
-        [(u.tor, u.spine) for u in topo.uplinks]
-
-
 def _apply(pnet: PassingNetwork, cond: Condition) -> None:
-    links = _links(pnet)
     first = min(pnet.topo.hosts)
-    for a, b in links:
+    for a, b, _ in pnet.links():
         on = cond.percent and (not cond.one_host_link or a == first)
         pnet.set_loss(a, b, cond.percent if on else 0.0)
 
@@ -141,7 +134,7 @@ def run(topo: str, target: str, size: int, strategies: list[str], conditions: li
     """Every condition with every strategy, the whole sequence `rounds` times over (so that a
     slow spell of this machine does not fall on one condition only); a row per condition and
     strategy."""
-    topo_path = _variant(topo, None, 0, work)
+    topo_path = topology_file(topo)  # its links as shipped
     pnet = PassingNetwork(load(topo_path), topo_path, target, work / f"run-{topo}-{target}")
     pnet.start()
     runs: dict[tuple[Condition, str], list[dict[str, dict]]] = {}

@@ -346,7 +346,7 @@ class SlotStreamer:
         caller rarely needs it, and spreading the counts over every element costs a large
         call tens of milliseconds."""
         if self._last_counts is None:
-            self._last_counts = np.repeat(self._counts, P.K)[:self._counts_n]
+            self._last_counts = self.counts_from(0)
         return self._last_counts
 
     def counts_from(self, start: int) -> np.ndarray:

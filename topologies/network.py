@@ -22,7 +22,7 @@ from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
 from bench.workloads import DEFAULT_MODEL
 from controller.core import Controller, Endpoint
 from controller.job_plan import JobSpec
-from controller.topology import Topology
+from controller.topology import LinkParams, Topology
 from passing import p4build
 from passing import protocol as P
 from passing.contract import JobParams
@@ -124,9 +124,7 @@ class PassingNetwork:
     def _apply_link_params(self) -> None:
         """Loss from the topology file (bandwidth is Mininet's TCLink). Delay needs netem,
         which this kernel lacks: said once, not silently dropped."""
-        links = [(h.name, h.rack, h.link) for h in self.topo.hosts.values()]
-        links += [(u.tor, u.spine, u.link) for u in self.topo.uplinks]
-        for a, b, params in links:
+        for a, b, params in self.links():
             if params.loss:
                 self.set_loss(a, b, params.loss)
             if params.delay:
@@ -407,6 +405,12 @@ class PassingNetwork:
                 f"{f' ({script} is missing)' if script else ' (this is an installed wheel)'}; "
                 "pass one (train(script=PATH), or train --script PATH in the CLI)")
         return script
+
+    def links(self) -> list[tuple[str, str, LinkParams]]:
+        """Every link of the topology as (node, node, its link parameters): hosts to their
+        ToR, then ToRs to their spine."""
+        return [(h.name, h.rack, h.link) for h in self.topo.hosts.values()] + \
+            [(u.tor, u.spine, u.link) for u in self.topo.uplinks]
 
     def set_loss(self, a: str, b: str, percent: float) -> None:
         """Random loss on the link between nodes a and b, both directions (nftables; this
