@@ -16,7 +16,9 @@ Per run it records the all-reduce time (the slowest host's mean over --iters tim
 bytes each host's link carried (its interface counters in the host's namespace), the packets the
 switches received (their ports' counters; for passing and ina also the P4 job counters), the
 slots of the job and the model's prediction. Counter deltas cover the warm-up call too and are
-divided by iters + 1.
+divided by the calls made. A run whose calls the model predicts at --long-call seconds or more
+makes one timed call and no warm-up (call_plan): at the sweep's largest sizes, what the extra
+calls would add is most of the sweep's time.
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ from topologies.network import INA_JOB_OFFSET, PassingNetwork
 
 # What bench.report reads, then what only the CSV keeps (the model's three bounds, and more).
 ALLREDUCE_COLUMNS = [*results.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
-                     "predicted_switch_s", "predicted_host_s", "retransmissions"]
+                     "predicted_switch_s", "predicted_host_s", "retransmissions", "warmup"]
 TRAINING_COLUMNS = [*results.TRAINING_COLUMNS, "model", "time_to_target_s"]
 KIB, MIB = 1 << 10, 1 << 20
 WINDOW = 64  # slots per job and switch (the agents' window)
+LONG_CALL_S = 2.0  # calls predicted this long or longer are made once (call_plan)
 
 
 @dataclass
@@ -66,6 +69,7 @@ class Scenario:
     host_counts: list[int] = field(default_factory=list)  # job sizes; empty: every host
     train_steps: int = 0
     iters: int = 2
+    long_call_s: float = LONG_CALL_S  # see call_plan; 0: every run warms up and makes `iters`
     window: int = WINDOW
     train_model: str = DEFAULT_MODEL
     target_accuracy: float = 0.9  # time to this test accuracy, from the training curve
@@ -274,6 +278,17 @@ def _spread(topo, n: int) -> list[str]:
     return sorted(order[:n])
 
 
+def call_plan(predicted_s: float, iters: int, long_call_s: float) -> tuple[int, int]:
+    """(untimed warm-up calls, timed calls) of one run. A call the model predicts at
+    `long_call_s` or more is made once, timed, without a warm-up: what a first call pays once
+    (process groups are built before it, so it is the first round trips and buffers) is then a
+    small share of it, and each further call would add that long again. Shorter calls: one
+    warm-up, then `iters` timed calls. long_call_s 0: always the latter."""
+    if long_call_s > 0 and predicted_s >= long_call_s:
+        return 0, 1
+    return 1, iters
+
+
 def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricModel, size: int,
             strategy: str, sc: Scenario, rates: dict[str, Rates]) -> dict:
     counters = Counters(pnet, hosts)
@@ -284,23 +299,25 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
         pnet.ina_companion(job_id)
     agg_job = INA_JOB_OFFSET + job_id if strategy == "ina" else job_id
     window = pnet.ctl.job(job_id).pools[0].size
+    pred = analytic.predict(strategy, fabric, size, rates[sc.target], window=window)
+    warmup, iters = call_plan(pred.seconds, sc.iters, sc.long_call_s)
     agg_before = _agg_packets(pnet, agg_job) if switched else 0
     before = counters.snapshot()
-    res = pnet.allreduce(str(size // 4), job_id, sc.iters, timeout=60.0, strategy=strategy)
+    res = pnet.allreduce(str(size // 4), job_id, iters, timeout=60.0, strategy=strategy,
+                         warmup=warmup)
     after = counters.snapshot()
     agg = _agg_packets(pnet, agg_job) - agg_before if switched else 0
-    calls = sc.iters + 1
+    calls = iters + warmup
     ok = all(r.get("ok") for r in res.values())
     slowest = max(res.values(), key=lambda r: r.get("mean_s", 0.0)) if ok else {}
     mean = slowest.get("mean_s", float("nan"))
     times = slowest.get("times", [])
     std = (sum((t - mean) ** 2 for t in times) / len(times)) ** 0.5 if times else 0.0
-    pred = analytic.predict(strategy, fabric, size, rates[sc.target], window=window)
     tx = max(after[h][0] - before[h][0] for h in hosts) / calls
     rx = max(after[h][1] - before[h][1] for h in hosts) / calls
     return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
             "hosts": len(hosts), "gpus_per_host": sc.gpus, "size_bytes": size,
-            "bw_mbps": sc.bw_mbps, "iters": sc.iters, "mean_s": mean, "std_s": std,
+            "bw_mbps": sc.bw_mbps, "iters": iters, "mean_s": mean, "std_s": std,
             "algbw_gbps": size * 8 / mean / 1e9 if ok else 0.0,
             "host_tx_bytes": tx, "host_rx_bytes": rx,
             "switch_packets": (after["switch_rx"] - before["switch_rx"]) // calls,
@@ -311,6 +328,7 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
             "agg_packets": agg // calls, "predicted_link_s": pred.link_s,
             "predicted_switch_s": pred.switch_s, "predicted_host_s": pred.host_s,
             "retransmissions": sum(r.get("retransmissions", 0) for r in res.values()),
+            "warmup": warmup,
             "errors": {h: r.get("error") for h, r in res.items() if not r.get("ok")}}
 
 
@@ -424,9 +442,15 @@ def main(argv: list[str] | None = None) -> int:
                      help="with --train-steps: report the training time to this test "
                           "accuracy (default 0.9)")
     sub.add_argument("--iters", type=_positive, default=2, help="timed calls per run (default 2)")
+    ap.add_argument("--long-call", type=float, default=LONG_CALL_S, metavar="SECONDS",
+                    help="a run whose calls the analytical model predicts at SECONDS or more "
+                         "makes one timed call and no warm-up (default %(default)g; 0: every "
+                         "run makes a warm-up call and --iters timed calls)")
     args = ap.parse_args(argv)
     picked = [a for a in ("topo", "bw", "gpus", "sizes", "strategies", "hosts")
               if getattr(args, a) is not None]
+    if args.long_call < 0:
+        ap.error("--long-call must be a number of seconds (0: never)")
     if args.train_steps < 0 or not 0 < args.target_accuracy <= 1:
         ap.error("--train-steps at least 0, --target-accuracy in (0, 1]")
     if (args.train_model != DEFAULT_MODEL or args.train_steps) and not picked:
@@ -455,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
                       args.train_steps, args.iters, args.train_model, args.target_accuracy)
     else:
         todo = scenarios(args.quick, args.target)
+    todo = [dataclasses.replace(sc, long_call_s=args.long_call) for sc in todo]
     log_file = (out / "sweep.log").open("w")
 
     def log(msg: str) -> None:

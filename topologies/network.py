@@ -213,12 +213,13 @@ class PassingNetwork:
     def allreduce(self, size: str = "1M", job_id: int | None = None, iters: int = 2,
                   timeout: float = 20.0, strategy: str = "passing",
                   train_steps: int = 0, train_model: str = DEFAULT_MODEL,
-                  eval_every: int = 0) -> dict[str, dict]:
+                  eval_every: int = 0, warmup: int = 1) -> dict[str, dict]:
         """Run passing-agent on every host of the job at once; their JSON reports. Baseline
         strategies run over the same hosts and links: ring, hier-ring and ps without the
         switch's aggregation (their traffic is ordinary L2 forwarding), ina through the
         switch with every GPU rank streaming (on the job's INA companion, see ina_companion).
-        With train_steps the agents train the MLP `train_model` instead (passing-agent
+        Each host makes `warmup` untimed calls, then `iters` timed ones, and checks every
+        one. With train_steps the agents train the MLP `train_model` instead (passing-agent
         --train --model, accuracy every `eval_every` steps)."""
         job_id = job_id if job_id is not None else min(self.jobs)
         params = self.jobs.get(job_id) or self.create_job(job_id)
@@ -230,18 +231,19 @@ class PassingNetwork:
         before = {h: self.host_link_bytes(h) for h in hosts}
         # Each host's agent stays up between calls (topologies/agent_servers.py).
         commands = {h: ["--params", str(params), "--host", h, "--size", size,
-                        "--iters", str(iters), "--json", "--timeout", str(timeout),
-                        "--strategy", strategy, "--ifname", self.net.get(h).defaultIntf().name,
+                        "--iters", str(iters), "--warmup", str(warmup), "--json",
+                        "--timeout", str(timeout), "--strategy", strategy,
+                        "--ifname", self.net.get(h).defaultIntf().name,
                         "--train", str(train_steps), "--model", train_model,
                         "--eval-every", str(eval_every)] for h in hosts}
         # A hung agent (e.g. a baseline's rendezvous) must not hang the caller; the agent's
         # own bound, and its ranks' tear-down, come first, with a clearer error.
-        opts = RunOptions(iters=iters, timeout=timeout, train_steps=train_steps,
+        opts = RunOptions(iters=iters, warmup=warmup, timeout=timeout, train_steps=train_steps,
                           model=train_model)
         out = self.agents.run(commands, command_budget_s(opts) + IDLE_GRACE_S + 20)
         if not train_steps:
             for h in hosts:
-                self._link_use(out[h], h, before[h], iters)
+                self._link_use(out[h], h, before[h], iters + warmup)
         return out
 
     def host_link_bytes(self, host: str) -> tuple[int, int]:
@@ -252,15 +254,15 @@ class PassingNetwork:
                           f"/sys/class/net/{intf}/statistics/rx_bytes").split()
         return int(tx), int(rx)
 
-    def _link_use(self, report: dict, host: str, before: tuple[int, int], iters: int) -> None:
-        """Add to an agent's report the bytes its host link carried per call (the warm-up call
-        included, so the counters' delta is over iters + 1 calls) and, for a shaped link, how
+    def _link_use(self, report: dict, host: str, before: tuple[int, int], calls: int) -> None:
+        """Add to an agent's report the bytes its host link carried per call (the warm-up calls
+        included: the counters' delta is over `calls` calls) and, for a shaped link, how
         busy the link was during a call: far below 1, the CPU, not the emulated link, set the
         time (README, "Running a topology")."""
         if not report.get("ok") or not report.get("mean_s"):
             return
         tx, rx = (b - a for a, b in zip(before, self.host_link_bytes(host), strict=True))
-        per_call = max(tx, rx) / (iters + 1)
+        per_call = max(tx, rx) / calls
         report["link_bytes_per_call"] = per_call
         bw = self.topo.hosts[host].link.bw
         report["link_mbps"] = bw or 0

@@ -3,7 +3,7 @@
 Every host of the job runs it at the same time with the same --size, --iters and --seed. Each
 local rank fills its tensor from (seed, host, rank), so each host can compute the exact global
 sum with numpy and check what came back through the switch: every call is checked, the first
-(untimed warm-up) one included, on every local rank. The hosts' leaders first meet at the first
+(untimed warm-up) ones included, on every local rank. The hosts' leaders first meet at the first
 host (--rendezvous-port) to agree on a new session (host_agent.session).
 
 A live resize (`passing-ctl job resize`) reaches a running passing agent as it reaches the
@@ -69,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", type=parse_size, default=parse_size("1M"),
                     help="float32 values per tensor, K/M suffixes (default 1M)")
     ap.add_argument("--iters", type=int, default=3, help="timed all-reduces (default 3)")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed all-reduces before the timed ones, checked all the same "
+                         "(default 1; 0: the first call is timed, start-up costs included)")
     ap.add_argument("--seed", type=int, default=0, help="same on every host (default 0)")
     ap.add_argument("--rto", type=float, default=0.05,
                     help="retransmission timeout until round trips are measured, seconds "
@@ -121,6 +124,8 @@ def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse
                  f"(hosts: {', '.join(params.host_names)})")
     if args.iters < 1:
         ap.error("--iters must be at least 1")
+    if args.warmup < 0:
+        ap.error("--warmup must be a number of calls (0: none)")
     try:
         poll = pool_poll()
     except JobSourceError as e:
@@ -136,8 +141,9 @@ def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse
         # Said here, once, rather than by every rank as an ImportError.
         ap.error("--train needs scikit-learn (its digits data set is the training data): "
                  "pip install 'passing[bench]' or pip install scikit-learn")
-    opts = RunOptions(size=args.size, iters=args.iters, seed=args.seed, rto=args.rto,
-                      timeout=args.timeout, min_rto=args.min_rto, strategy=args.strategy,
+    opts = RunOptions(size=args.size, iters=args.iters, warmup=args.warmup, seed=args.seed,
+                      rto=args.rto, timeout=args.timeout, min_rto=args.min_rto,
+                      strategy=args.strategy,
                       ifname=args.ifname, rendezvous_port=args.rendezvous_port,
                       rendezvous_timeout=args.rendezvous_timeout, train_steps=args.train,
                       global_batch=args.global_batch, model=args.model,

@@ -14,7 +14,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import queue
-import socket
+import tempfile
 import time
 
 import numpy as np
@@ -24,10 +24,11 @@ from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
 from passing.contract import JobParams
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class RankPool:
@@ -87,8 +88,20 @@ class RankPool:
         if len(self._procs) != gpus or not all(p.is_alive() for p in self._procs):
             self._start(gpus)
         self._runs += 1
+        # The local ranks meet in a file (a FileStore), removed after the command: a TCPStore
+        # cost each command ~0.4 s of connecting, more than a small command's calls. (Also
+        # before: a file an agent killed mid-command left under a reused pid holds its keys.)
+        store = os.path.join(tempfile.gettempdir(), f"passing-agent-{os.getpid()}-{self._runs}")
+        _remove(store)
+        try:
+            return self._run(params, host, opts, gpus, store)
+        finally:
+            _remove(store)
+
+    def _run(self, params: JobParams, host: str, opts: RunOptions, gpus: int,
+             store: str) -> dict:
         job = {**dataclasses.asdict(opts), "params": params, "host": host, "world": gpus,
-               "port": _free_port(), "run": self._runs,
+               "store": store, "run": self._runs,
                "rendezvous_port": opts.rendezvous_port or 29500 + params.job_id % 1000}
         for q in self._commands:
             q.put(job)
@@ -106,7 +119,8 @@ class RankPool:
         mean = float(np.mean(res["times"]))
         nbytes = opts.size * 4
         res.update({"host": host, "local_ranks": gpus, "size": opts.size, "bytes": nbytes,
-                    "iters": opts.iters, "mean_s": mean, "goodput_gbps": nbytes * 8 / mean / 1e9,
+                    "iters": opts.iters, "warmup": opts.warmup, "mean_s": mean,
+                    "goodput_gbps": nbytes * 8 / mean / 1e9,
                     "correct": res["wrong_values"] == 0})
         return res
 

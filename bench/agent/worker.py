@@ -84,7 +84,7 @@ def _tear_down(closers: list) -> None:
 
 
 def _command(rank: int, args: dict, out, closers: list) -> None:
-    world, port = args["world"], args["port"]
+    world = args["world"]
     try:
         import torch
         import torch.distributed as dist
@@ -112,7 +112,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
             dist.init_process_group("nccl" if cuda else "gloo",
-                                    init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                    init_method=f"file://{args['store']}", rank=rank,
                                     world_size=world)
             # The leaders agree on the run's session at the first host; the store stays open
             # for the whole run (see host_agent.session).
@@ -158,14 +158,14 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         base = base.to(device)
         exact, tol, count = expected_sum(params, args["seed"], args["size"], args["strategy"])
         times, errors, excess, wrong = [], [], [], 0
-        for it in range(args["iters"] + 1):  # the first call warms up and is not timed
+        for it in range(args["warmup"] + args["iters"]):  # warm-up calls are not timed
             t = base.clone()
             dist.barrier()
             t0 = time.perf_counter()
             allreduce(t)
-            if it:
+            if it >= args["warmup"]:
                 times.append(time.perf_counter() - t0)
-            # Every call is checked, the warm-up too: a wrong first answer is still wrong.
+            # Every call is checked, the warm-ups too: a wrong first answer is still wrong.
             err = np.abs(t.cpu().numpy().astype(np.float64) - exact)
             errors.append(float(np.max(err)))
             excess.append(float(np.max(err / tol)))

@@ -5,12 +5,14 @@ nothing, and a failed command leaves no trace in the next one."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import selectors
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -61,6 +63,13 @@ def job(tmp_path):
     sw.close()
 
 
+def _stores_left(agents: dict[str, Agent]) -> list[str]:
+    """The local ranks' rendezvous files (bench.agent.pool) the agents have left."""
+    tmp = tempfile.gettempdir()
+    return [p for a in agents.values()
+            for p in glob.glob(os.path.join(tmp, f"passing-agent-{a.proc.pid}-*"))]
+
+
 def _all(agents: dict[str, Agent], argv: list[str], hosts=("h1", "h2")) -> dict[str, dict]:
     for h in hosts:
         agents[h].send(json.dumps([*argv, "--host", h]))
@@ -70,17 +79,20 @@ def _all(agents: dict[str, Agent], argv: list[str], hosts=("h1", "h2")) -> dict[
 def test_commands_one_after_another_reuse_the_ranks_and_are_all_correct(job):
     path, agents = job
     # Strategies alternate (each builds and tears down its own process groups and sockets),
-    # and sizes change: a command must not see what the one before it left.
-    plan = [("passing", "3K"), ("ring", "2K"), ("passing", "5K"), ("ps", "1K"),
-            ("hier-ring", "3K"), ("passing", "1K")]
-    for strategy, size in plan:
+    # and sizes change: a command must not see what the one before it left. Without a
+    # warm-up the first call is timed (and checked, as every call is).
+    plan = [("passing", "3K", 1), ("ring", "2K", 0), ("passing", "5K", 0), ("ps", "1K", 2),
+            ("hier-ring", "3K", 1), ("passing", "1K", 1)]
+    for strategy, size, warmup in plan:
         res = _all(agents, ["--params", str(path), "--size", size, "--iters", "2",
-                            "--strategy", strategy])
+                            "--warmup", str(warmup), "--strategy", strategy])
         for host, r in res.items():
             assert r["ok"] and r["correct"] and r["strategy"] == strategy, (host, r)
             assert r["size"] == int(size[:-1]) * 1024 and r["contributors"] == 4, r
-            assert len(r["call_errors"]) == 3  # the warm-up call was checked too
+            assert len(r["times"]) == 2 and r["warmup"] == warmup, r
+            assert len(r["call_errors"]) == 2 + warmup  # the warm-up calls were checked too
             assert r["rank_starts"] == 1, "the ranks were started again"
+    assert not _stores_left(agents), "a command's rendezvous file outlived it"
     assert all(a.close() == 0 for a in agents.values())
 
 
@@ -89,6 +101,7 @@ def test_a_refused_command_is_answered_and_the_next_one_runs(job):
     a = agents["h1"]
     for bad in ("not json", '"--size"', json.dumps(["--params", str(path), "--size", "x"]),
                 json.dumps(["--params", str(path), "--host", "h9"]),
+                json.dumps(["--params", str(path), "--warmup", "-1"]),
                 json.dumps(["--params", str(path), "--help"])):
         a.send(bad)
         r = a.answer()
@@ -107,6 +120,7 @@ def test_a_failed_command_restarts_the_ranks_and_the_next_one_is_correct(job):
     res = _all(agents, ["--params", str(path), "--size", "2K", "--iters", "1"])
     assert all(r["ok"] and r["correct"] for r in res.values()), res
     assert res["h1"]["rank_starts"] == 2 and res["h2"]["rank_starts"] == 1, res
+    assert not _stores_left(agents), "the failed command's rendezvous file was left behind"
 
 
 def test_end_of_input_stops_the_agent_and_its_ranks(job):

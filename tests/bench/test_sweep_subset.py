@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench.sweep import Progress, runs_in, scenarios, subset
+from bench.sweep import Progress, call_plan, runs_in, scenarios, subset
 
 
 def test_a_subset_is_every_bandwidth_and_gpu_count_with_the_sizes_and_strategies_given():
@@ -27,6 +27,14 @@ def test_runs_in_counts_job_sizes_and_training():
     plan = subset("leafspine", "model", [None], [0], [1, 2, 3], ["passing"], [2, 3], 50, 1)
     assert runs_in(plan) == 2 * (3 + 1)
     assert runs_in(scenarios(True, "model")) == 2 * 5 + 5  # quick: 2 sizes + training, 5 each
+
+
+def test_calls_the_model_predicts_long_are_made_once_without_a_warm_up():
+    assert call_plan(0.3, 2, 2.0) == (1, 2)  # one warm-up, then the timed calls
+    assert call_plan(1.99, 3, 2.0) == (1, 3)
+    assert call_plan(2.0, 3, 2.0) == (0, 1)  # from the threshold on: one call, timed
+    assert call_plan(49.0, 2, 2.0) == (0, 1)
+    assert call_plan(49.0, 2, 0.0) == (1, 2)  # 0: never
 
 
 def test_progress_line_estimates_the_time_left():
@@ -47,6 +55,7 @@ def test_progress_line_estimates_the_time_left():
     (["--strategies", "ring", "--train-model", "resnet"], "invalid choice: 'resnet'"),
     (["--strategies", "ring", "--train-steps", "9", "--target-accuracy", "90"],
      "--target-accuracy in (0, 1]"),
+    (["--long-call", "-1"], "--long-call must be a number of seconds"),
 ])
 def test_bad_subsets_are_refused_before_anything_starts(args, says):
     res = subprocess.run([sys.executable, "-m", "bench.sweep", *args], capture_output=True,
@@ -66,7 +75,8 @@ def test_a_subset_runs_only_what_was_asked_on_the_shipped_links(tmp_path):
         rows = list(csv.DictReader(fh))
     assert [(r["strategy"], r["size_bytes"]) for r in rows] == [("passing", "16384"),
                                                                  ("ring", "16384")]
-    # star ships 100 Mbit/s links and 2 GPUs per host: the rows say so.
+    # star ships 100 Mbit/s links and 2 GPUs per host: the rows say so. 16 KiB is far below
+    # --long-call: a warm-up call, then --iters timed ones.
     assert all(r["bw_mbps"] == "100.0" and r["gpus_per_host"] == "2" and r["correct"] == "True"
-               for r in rows), rows
+               and (r["warmup"], r["iters"]) == ("1", "1") for r in rows), rows
     assert "[run 1/2," in res.stdout and "[run 2/2," in res.stdout, res.stdout
