@@ -12,13 +12,14 @@ combination of the bandwidths and GPU counts given, each with the sizes and stra
 (default: the shipped topology's own link rates, its GPUs, 1M values, every strategy). Every run
 prints a progress line: run i of N, time so far, and an estimate of the time left.
 
-Per run it records the all-reduce time (the slowest host's mean over --iters timed calls), the
+Per run it records the all-reduce time (the slowest host's mean over its timed calls), the
 bytes each host's link carried (its interface counters in the host's namespace), the packets the
 switches received (their ports' counters; for passing and ina also the P4 job counters), the
 slots of the job and the model's prediction. Counter deltas cover the warm-up call too and are
-divided by the calls made. A run whose calls the model predicts at --long-call seconds or more
-makes one timed call and no warm-up (call_plan): at the sweep's largest sizes, what the extra
-calls would add is most of the sweep's time.
+divided by the calls made, except `retransmissions`: all hosts' over all the run's calls. A run
+whose calls the model predicts at --long-call seconds or more makes one timed call and no
+warm-up (call_plan), others a warm-up and --iters timed calls (the CSV's `warmup` and `iters`
+say which): at the sweep's largest sizes the extra calls were most of the sweep's time.
 """
 
 from __future__ import annotations
@@ -441,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--target-accuracy", type=float, default=0.9,
                      help="with --train-steps: report the training time to this test "
                           "accuracy (default 0.9)")
-    sub.add_argument("--iters", type=_positive, default=2, help="timed calls per run (default 2)")
+    sub.add_argument("--iters", type=_positive, default=2,
+                     help="timed calls per run, after a warm-up call (default 2; one call, "
+                          "untimed warm-up none, where --long-call applies)")
     ap.add_argument("--long-call", type=float, default=LONG_CALL_S, metavar="SECONDS",
                     help="a run whose calls the analytical model predicts at SECONDS or more "
                          "makes one timed call and no warm-up (default %(default)g; 0: every "
@@ -449,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     picked = [a for a in ("topo", "bw", "gpus", "sizes", "strategies", "hosts")
               if getattr(args, a) is not None]
-    if args.long_call < 0:
+    if not args.long_call >= 0:  # (NaN too)
         ap.error("--long-call must be a number of seconds (0: never)")
     if args.train_steps < 0 or not 0 < args.target_accuracy <= 1:
         ap.error("--train-steps at least 0, --target-accuracy in (0, 1]")
@@ -520,6 +523,10 @@ def main(argv: list[str] | None = None) -> int:
                            f"{os.cpu_count()} cores",
                 "command": "make bench" + (" (quick)" if args.quick else ""),
                 "sweep time": f"{time.time() - t0:.0f} s",
+                "calls per run": "a warm-up, then " + (
+                    f"the timed calls in the CSV's iters column; one timed call and no warm-up "
+                    f"where the analytical model predicts {args.long_call:g} s or more"
+                    if args.long_call else "the timed calls in the CSV's iters column"),
                 "calibration": "; ".join(
                     f"{t}: switch {c['switch_agg_pps']:.0f} aggregation / "
                     f"{c['switch_fwd_pps']:.0f} forwarding packets/s, agent "

@@ -26,7 +26,8 @@ PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
 BATCH = 64
 # The largest frame a packet socket hands over: a veth passes TCP's 64 KiB segmentation
-# super-frames through whole (ring traffic crossing the switch), so a buffer must hold one.
+# super-frames through whole where the sender leaves segmentation to the device (the Mininet
+# hosts do not, but other senders may), so a buffer must hold one.
 MAX_FRAME = 65536 + 64
 # struct tpacket_auxdata: the kernel strips a VLAN tag off the frame into here (BMv2's libpcap
 # puts it back; so must the model, or a tagged frame would look untagged to its pipeline).

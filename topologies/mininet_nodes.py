@@ -13,6 +13,10 @@ from pathlib import Path
 from mininet.node import Switch
 
 GRPC_PORT_BASE = 50001
+# What makes libpcap size its ring's slots for 64 KiB frames (PassingSwitch._no_offload), as
+# `ethtool -k` names them.
+_OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload",
+             "generic-receive-offload", "large-receive-offload", "udp-fragmentation-offload")
 
 
 def bmv2_available() -> bool:
@@ -60,16 +64,25 @@ class PassingSwitch(Switch):
     def command(self) -> list[str]:
         raise NotImplementedError
 
+    def _no_offload(self, port: str) -> None:
+        """Before the switch opens `port`: with any segmentation or receive offload on (a
+        veth has TSO and GSO on), libpcap sizes each slot of its capture ring for a 64 KiB
+        frame, not the MTU, so BMv2's 2 MB ring holds only 16-32 frames (by libpcap's rounding)
+        and drops a window's burst: 10% of a 64-slot window's packets were resent. No frame
+        here exceeds the MTU (the hosts segment in software: their checksum offload is off,
+        PassingNetwork), so nothing needs the larger slots."""
+        self.cmd(f"ethtool -K {port} tso off gso off gro off lro off")
+        features = self.cmd(f"ethtool -k {port}")
+        still_on = [f for f in _OFFLOADS if f"{f}: on" in features]
+        if still_on:
+            print(f"*** {self.name}: {port} keeps {', '.join(still_on)} on; a BMv2 switch may "
+                  "drop bursts on this port (see PassingSwitch._no_offload)", file=sys.stderr)
+
     def start(self, controllers) -> None:
         for intf in self.intfList():
             if intf.name != "lo":
                 self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
-                # Before the switch opens the port: with segmentation offload on (a veth's
-                # default), libpcap sizes each slot of its capture ring for the largest
-                # capture (256 KiB), not the MTU, so BMv2's 2 MB ring holds about 8 frames
-                # and drops a window's burst (10% of a 64-slot window's packets resent).
-                # Frames here never exceed the MTU: the hosts segment in software.
-                self.cmd(f"ethtool -K {intf.name} tso off gso off")
+                self._no_offload(intf.name)
         log = open(self.run_dir / f"{self.name}.log", "w")
         self.proc = self.popen(self.command(), stdout=log, stderr=log)
         # `make stop` kills exactly the processes recorded here.

@@ -1,6 +1,7 @@
 """`passing-agent`: run timed PASSING all-reduces on this host with G local ranks.
 
-Every host of the job runs it at the same time with the same --size, --iters and --seed. Each
+Every host of the job runs it at the same time with the same --size, --iters, --warmup and
+--seed. Each
 local rank fills its tensor from (seed, host, rank), so each host can compute the exact global
 sum with numpy and check what came back through the switch: every call is checked, the first
 (untimed warm-up) ones included, on every local rank. The hosts' leaders first meet at the first
@@ -70,8 +71,9 @@ def parser() -> argparse.ArgumentParser:
                     help="float32 values per tensor, K/M suffixes (default 1M)")
     ap.add_argument("--iters", type=int, default=3, help="timed all-reduces (default 3)")
     ap.add_argument("--warmup", type=int, default=1,
-                    help="untimed all-reduces before the timed ones, checked all the same "
-                         "(default 1; 0: the first call is timed, start-up costs included)")
+                    help="untimed all-reduces before the timed ones, checked all the same; "
+                         "same on every host (default 1; 0: the first call is timed, start-up "
+                         "costs included)")
     ap.add_argument("--seed", type=int, default=0, help="same on every host (default 0)")
     ap.add_argument("--rto", type=float, default=0.05,
                     help="retransmission timeout until round trips are measured, seconds "

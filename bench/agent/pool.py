@@ -14,6 +14,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import tempfile
 import time
 
@@ -22,13 +23,6 @@ import numpy as np
 from bench.agent import worker
 from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
 from passing.contract import JobParams
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class RankPool:
@@ -46,11 +40,17 @@ class RankPool:
         self._procs: list = []
         self._commands: list = []
         self._out = None
+        # The local ranks meet in a file of this directory per command (a FileStore): a
+        # TCPStore cost each command ~0.4 s of connecting, more than a small command's calls.
+        # A directory of the ranks' own (mode 0700), removed with them: nobody else's file
+        # can stand in for a command's.
+        self._dir: str | None = None
         self._runs = 0
         self.starts = 0  # how many times ranks were started (for the report and the tests)
 
     def _start(self, gpus: int) -> None:
         self.stop()
+        self._dir = tempfile.mkdtemp(prefix=f"passing-agent-{os.getpid()}-")
         self._out = self._ctx.Queue()
         self._commands = [self._ctx.Queue() for _ in range(gpus)]
         self._procs = [self._ctx.Process(target=worker.serve,
@@ -74,6 +74,9 @@ class RankPool:
                 p.kill()
                 p.join(5.0)
         self._procs, self._commands, self._out = [], [], None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def __enter__(self) -> RankPool:
         return self
@@ -88,20 +91,8 @@ class RankPool:
         if len(self._procs) != gpus or not all(p.is_alive() for p in self._procs):
             self._start(gpus)
         self._runs += 1
-        # The local ranks meet in a file (a FileStore), removed after the command: a TCPStore
-        # cost each command ~0.4 s of connecting, more than a small command's calls. (Also
-        # before: a file an agent killed mid-command left under a reused pid holds its keys.)
-        store = os.path.join(tempfile.gettempdir(), f"passing-agent-{os.getpid()}-{self._runs}")
-        _remove(store)
-        try:
-            return self._run(params, host, opts, gpus, store)
-        finally:
-            _remove(store)
-
-    def _run(self, params: JobParams, host: str, opts: RunOptions, gpus: int,
-             store: str) -> dict:
         job = {**dataclasses.asdict(opts), "params": params, "host": host, "world": gpus,
-               "store": store, "run": self._runs,
+               "store": os.path.join(self._dir, f"run-{self._runs}"), "run": self._runs,
                "rendezvous_port": opts.rendezvous_port or 29500 + params.job_id % 1000}
         for q in self._commands:
             q.put(job)

@@ -112,7 +112,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
             dist.init_process_group("nccl" if cuda else "gloo",
-                                    init_method=f"file://{args['store']}", rank=rank,
+                                    store=dist.FileStore(args["store"], world), rank=rank,
                                     world_size=world)
             # The leaders agree on the run's session at the first host; the store stays open
             # for the whole run (see host_agent.session).

@@ -44,9 +44,9 @@ class Agent:
         assert line, f"the agent exited (code {self.proc.poll()})"
         return json.loads(line)
 
-    def close(self) -> int:
+    def close(self, timeout: float = 60) -> int:
         self.proc.stdin.close()
-        return self.proc.wait(60)
+        return self.proc.wait(timeout)
 
 
 @pytest.fixture
@@ -58,16 +58,19 @@ def job(tmp_path):
     yield path, agents
     for a in agents.values():
         if a.proc.poll() is None:
-            a.proc.kill()
-            a.proc.wait()
+            # Asked to stop first, so that it removes what its ranks leave.
+            try:
+                a.close(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                a.proc.kill()
+                a.proc.wait()
     sw.close()
 
 
-def _stores_left(agents: dict[str, Agent]) -> list[str]:
-    """The local ranks' rendezvous files (bench.agent.pool) the agents have left."""
-    tmp = tempfile.gettempdir()
-    return [p for a in agents.values()
-            for p in glob.glob(os.path.join(tmp, f"passing-agent-{a.proc.pid}-*"))]
+def _store_dirs(agent: Agent) -> list[str]:
+    """The directories where the agent's local ranks meet (bench.agent.pool): one while its
+    ranks are up, none after."""
+    return glob.glob(os.path.join(tempfile.gettempdir(), f"passing-agent-{agent.proc.pid}-*"))
 
 
 def _all(agents: dict[str, Agent], argv: list[str], hosts=("h1", "h2")) -> dict[str, dict]:
@@ -92,8 +95,9 @@ def test_commands_one_after_another_reuse_the_ranks_and_are_all_correct(job):
             assert len(r["times"]) == 2 and r["warmup"] == warmup, r
             assert len(r["call_errors"]) == 2 + warmup  # the warm-up calls were checked too
             assert r["rank_starts"] == 1, "the ranks were started again"
-    assert not _stores_left(agents), "a command's rendezvous file outlived it"
+    assert all(len(_store_dirs(a)) == 1 for a in agents.values())
     assert all(a.close() == 0 for a in agents.values())
+    assert not any(_store_dirs(a) for a in agents.values()), "the ranks' directory outlived them"
 
 
 def test_a_refused_command_is_answered_and_the_next_one_runs(job):
@@ -120,7 +124,7 @@ def test_a_failed_command_restarts_the_ranks_and_the_next_one_is_correct(job):
     res = _all(agents, ["--params", str(path), "--size", "2K", "--iters", "1"])
     assert all(r["ok"] and r["correct"] for r in res.values()), res
     assert res["h1"]["rank_starts"] == 2 and res["h2"]["rank_starts"] == 1, res
-    assert not _stores_left(agents), "the failed command's rendezvous file was left behind"
+    assert len(_store_dirs(agents["h1"])) == 1, "the failed ranks' directory was left behind"
 
 
 def test_end_of_input_stops_the_agent_and_its_ranks(job):
@@ -132,6 +136,7 @@ def test_end_of_input_stops_the_agent_and_its_ranks(job):
     assert len(ranks) >= 2, "the ranks should be up between commands"
     agents["h1"].send("quit")
     assert agents["h1"].proc.wait(60) == 0
+    assert not _store_dirs(agents["h1"])
     for pid in ranks:
         assert not os.path.exists(f"/proc/{pid}") or \
             open(f"/proc/{pid}/stat").read().split()[2] == "Z", f"rank {pid} outlived its agent"

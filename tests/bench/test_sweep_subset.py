@@ -56,6 +56,7 @@ def test_progress_line_estimates_the_time_left():
     (["--strategies", "ring", "--train-steps", "9", "--target-accuracy", "90"],
      "--target-accuracy in (0, 1]"),
     (["--long-call", "-1"], "--long-call must be a number of seconds"),
+    (["--long-call", "nan"], "--long-call must be a number of seconds"),
 ])
 def test_bad_subsets_are_refused_before_anything_starts(args, says):
     res = subprocess.run([sys.executable, "-m", "bench.sweep", *args], capture_output=True,
@@ -68,15 +69,18 @@ def test_a_subset_runs_only_what_was_asked_on_the_shipped_links(tmp_path):
     out = tmp_path / "bench"
     res = subprocess.run([sys.executable, "-m", "bench.sweep", "--topo", "star", "--sizes",
                           "4K", "--strategies", "passing,ring", "--iters", "1", "--target",
-                          "model", "--calibrate-seconds", "1", "--out", str(out)],
+                          "model", "--calibrate-seconds", "1", "--out", str(out),
+                          "--long-call", "1e-9"],
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     with (out / "allreduce.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["strategy"], r["size_bytes"]) for r in rows] == [("passing", "16384"),
                                                                  ("ring", "16384")]
-    # star ships 100 Mbit/s links and 2 GPUs per host: the rows say so. 16 KiB is far below
-    # --long-call: a warm-up call, then --iters timed ones.
+    # star ships 100 Mbit/s links and 2 GPUs per host: the rows say so. Every call is "long"
+    # here (--long-call 1e-9): one timed call and no warm-up, so the counters are that one
+    # call's, and each host link carried the tensor at least once.
     assert all(r["bw_mbps"] == "100.0" and r["gpus_per_host"] == "2" and r["correct"] == "True"
-               and (r["warmup"], r["iters"]) == ("1", "1") for r in rows), rows
+               and (r["warmup"], r["iters"]) == ("0", "1")
+               and float(r["host_rx_bytes"]) >= 0.9 * 16384 for r in rows), rows
     assert "[run 1/2," in res.stdout and "[run 2/2," in res.stdout, res.stdout
