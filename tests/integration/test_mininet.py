@@ -58,17 +58,20 @@ def test_allreduce_on_every_host_is_correct(network, topo):
 
 
 def test_a_full_window_through_every_switch_is_not_resent(network):
-    """Without loss nothing is resent, even with 64 slots of 1 KiB values in flight per host
-    through three switches: no switch drops a window's burst on its way in (see
-    PassingSwitch._no_offload; without it this test saw BMv2 resend 4.6%)."""
+    """With 64 slots of 1 KiB values in flight per host through three switches, no switch
+    drops a window's burst on its way in (see PassingSwitch._no_offload; without it this test
+    saw BMv2 resend 4.6% of its packets). Losses are what the order rule finds (packets
+    overtaken by a later answer); a busy switch's pause may also cost a probe (1 + W/8
+    packets), which is not a loss."""
     pnet = network("leafspine")
     pnet.create_job(1, window=64)
     res = pnet.allreduce("256K", iters=1)
     for host, r in res.items():
         assert r.get("ok") and r["correct"], (host, r)
         # Two calls (a warm-up, then the timed one) of 1,024 fragments each, and more.
-        assert r["packets"] >= 2 * 1024 and r["retransmissions"] < 0.01 * r["packets"], \
-            (host, r["retransmissions"], r["packets"])
+        lost = r["fast_retransmissions"]
+        assert r["packets"] >= 2 * 1024 and lost < 0.01 * r["packets"], \
+            (host, lost, r["retransmissions"], r["probes"], r["packets"])
     ports = [i.name for s in pnet.net.switches for i in s.intfList() if i.name != "lo"]
     for name in ports:
         features = subprocess.run(["ethtool", "-k", name], capture_output=True, text=True,
