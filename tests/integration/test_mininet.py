@@ -60,7 +60,7 @@ def test_allreduce_on_every_host_is_correct(network, topo):
 def test_a_full_window_through_every_switch_is_not_resent(network):
     """With 64 slots of 1 KiB values in flight per host through three switches, no switch
     drops a window's burst on its way in (see PassingSwitch._no_offload; without it this test
-    saw BMv2 resend 4.6% of its packets). Losses are what the order rule finds (packets
+    saw BMv2 lose 4.6% and 11.9% of its packets). Losses are what the order rule finds (packets
     overtaken by a later answer); a busy switch's pause may also cost a probe (1 + W/8
     packets), which is not a loss."""
     pnet = network("leafspine")
