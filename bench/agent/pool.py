@@ -11,6 +11,7 @@ asked to stop, and killed if they have not within 5 s.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import multiprocessing as mp
 import os
 import queue
@@ -23,6 +24,16 @@ import numpy as np
 from bench.agent import worker
 from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
 from passing.contract import JobParams
+
+
+def _remove_orphans() -> None:
+    """The ranks' directories of agents that are gone (killed by their driver, which is how a
+    stuck agent ends): nothing else removes them. (Agents sharing the temporary directory must
+    share this PID namespace, as Mininet's hosts do.)"""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "passing-agent-*-*")):
+        pid = os.path.basename(path).split("-")[2]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class RankPool:
@@ -50,6 +61,7 @@ class RankPool:
 
     def _start(self, gpus: int) -> None:
         self.stop()
+        _remove_orphans()
         self._dir = tempfile.mkdtemp(prefix=f"passing-agent-{os.getpid()}-")
         self._out = self._ctx.Queue()
         self._commands = [self._ctx.Queue() for _ in range(gpus)]

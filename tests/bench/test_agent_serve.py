@@ -81,6 +81,11 @@ def _all(agents: dict[str, Agent], argv: list[str], hosts=("h1", "h2")) -> dict[
 
 def test_commands_one_after_another_reuse_the_ranks_and_are_all_correct(job):
     path, agents = job
+    # The directory an agent killed earlier left (its pid is gone) is removed when ranks start.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = os.path.join(tempfile.gettempdir(), f"passing-agent-{gone.pid}-test")
+    os.makedirs(orphan, exist_ok=True)
     # Strategies alternate (each builds and tears down its own process groups and sockets),
     # and sizes change: a command must not see what the one before it left. Without a
     # warm-up the first call is timed (and checked, as every call is).
@@ -96,6 +101,7 @@ def test_commands_one_after_another_reuse_the_ranks_and_are_all_correct(job):
             assert len(r["call_errors"]) == 2 + warmup  # the warm-up calls were checked too
             assert r["rank_starts"] == 1, "the ranks were started again"
     assert all(len(_store_dirs(a)) == 1 for a in agents.values())
+    assert not os.path.exists(orphan), "a dead agent's directory was left"
     assert all(a.close() == 0 for a in agents.values())
     assert not any(_store_dirs(a) for a in agents.values()), "the ranks' directory outlived them"
 
