@@ -20,6 +20,10 @@ divided by the calls made, except `retransmissions`: all hosts' over all the run
 whose calls the model predicts at --long-call seconds or more makes one timed call and no
 warm-up (call_plan), others a warm-up and --iters timed calls (the CSV's `warmup` and `iters`
 say which): at the sweep's largest sizes the extra calls were most of the sweep's time.
+
+Scenarios in a row that differ only in link rate run on one network, its links re-shaped
+between them and read back from the kernel (fabric_groups, topologies/link_rate.py); a new GPU
+count or target starts a new network.
 """
 
 from __future__ import annotations
@@ -95,11 +99,11 @@ def scenarios(quick: bool, target: str) -> list[Scenario]:
         # bandwidth
         Scenario("leafspine", "model", 10, 2, [MIB], every),
         Scenario("leafspine", "model", 50, 2, [MIB], every),
+        # hosts: jobs of 2 and 3 hosts on the same fabric
+        Scenario("leafspine", "model", 20, 2, [MIB], every, host_counts=[2, 3]),
         # GPUs per host (one host count, one size): in-host pre-aggregation's lever
         Scenario("leafspine", "model", 20, 1, [MIB], every),
         Scenario("leafspine", "model", 20, 4, [MIB], every),
-        # hosts: jobs of 2 and 3 hosts on the same fabric
-        Scenario("leafspine", "model", 20, 2, [MIB], every, host_counts=[2, 3]),
     ]
     if target in ("auto", "bmv2") and _have_bmv2():
         runs.append(Scenario("leafspine", "bmv2", 2, 2, [64 * KIB, 256 * KIB, MIB], every))
@@ -114,9 +118,10 @@ def subset(topo: str, target: str, bws: list[float], gpus: list[int], sizes: lis
     links as the topology file ships them, 0: unshaped; GPUs 0: as the file gives them).
     Sizes are in bytes."""
     target = "model" if target == "auto" else target
+    # GPU counts outermost: the bandwidths of one GPU count share a network (fabric_groups).
     return [Scenario(topo, target, bw, g, sizes, strategies, host_counts,
                      train_steps=train_steps, iters=iters, train_model=train_model,
-                     target_accuracy=target_accuracy) for bw in bws for g in gpus]
+                     target_accuracy=target_accuracy) for g in gpus for bw in bws]
 
 
 def runs_in(plan: list[Scenario]) -> int:
@@ -152,15 +157,22 @@ def _have_bmv2() -> bool:
 
 
 # -- calibration: each component's own rate, measured alone ---------------------------------------
-def calibrate(target: str, seconds: float) -> dict:
+def calibrate(target: str, seconds: float, agent_pps: float) -> dict:
+    """The switch target's packet rates, with the agent's (measured once for every target:
+    agent_rate)."""
     from bench import switch_pps
     sw = switch_pps.run(target, seconds)
+    return {"target": target, "switch_agg_pps": sw["aggregation"]["pps"],
+            "switch_fwd_pps": sw["forwarding"]["pps"],
+            "agent_pps": agent_pps, "cores": os.cpu_count() or 1}
+
+
+def agent_rate() -> float:
+    """Packets/s one agent streams over UDP on loopback (bench.agent_pps)."""
     agent = subprocess.run([sys.executable, "-m", "bench.agent_pps", "--sink", "udp",
                             "--size", "512K", "--json"], capture_output=True,
                            text=True, timeout=300, check=True)
-    return {"target": target, "switch_agg_pps": sw["aggregation"]["pps"],
-            "switch_fwd_pps": sw["forwarding"]["pps"],
-            "agent_pps": json.loads(agent.stdout)["pps"], "cores": os.cpu_count() or 1}
+    return json.loads(agent.stdout)["pps"]
 
 
 # -- one fabric ---------------------------------------------------------------------------------
@@ -210,54 +222,84 @@ def _agg_packets(pnet: PassingNetwork, job_id: int) -> int:
                for p in rec.pools)
 
 
-def run_scenario(sc: Scenario, rates: dict[str, Rates], work: Path, writer_a, writer_t,
-                 log, progress: Progress, curves: list[dict] | None = None) -> None:
-    topo_path = _variant(sc.topo, sc.bw_mbps, sc.gpus, work)
-    topo = load(topo_path)
+def fabric_groups(plan: list[Scenario]) -> list[list[Scenario]]:
+    """The plan's scenarios in runs of consecutive ones that differ at most in link rate: each
+    run shares one network, its links re-shaped between scenarios (topologies/link_rate.py),
+    instead of a fresh one per rate (switches, and agents importing torch in every rank: ~20 s
+    on 2 cores)."""
+    groups: list[list[Scenario]] = []
+    for sc in plan:
+        if groups and _fabric(groups[-1][0]) == _fabric(sc):
+            groups[-1].append(sc)
+        else:
+            groups.append([sc])
+    return groups
+
+
+def _fabric(sc: Scenario) -> tuple:
+    return sc.topo, sc.target, sc.gpus
+
+
+def run_fabric(group: list[Scenario], rates: dict[str, Rates], work: Path, writer_a, writer_t,
+               log, progress: Progress, curves: list[dict] | None = None) -> None:
+    """The scenarios of one fabric_groups() group, in order, on one network."""
+    first = group[0]
+    topo_path = _variant(first.topo, first.bw_mbps, first.gpus, work)
+    pnet = PassingNetwork(load(topo_path), topo_path, first.target,
+                          work / f"run-{topo_path.stem}-{first.target}")
+    pnet.start()
+    try:
+        for i, sc in enumerate(group):
+            if i:
+                pnet.set_link_rates(load(_variant(sc.topo, sc.bw_mbps, sc.gpus, work)))
+            run_scenario(pnet, sc, rates, writer_a, writer_t, log, progress, curves)
+    finally:
+        pnet.stop()
+
+
+def run_scenario(pnet: PassingNetwork, sc: Scenario, rates: dict[str, Rates], writer_a,
+                 writer_t, log, progress: Progress, curves: list[dict] | None = None) -> None:
+    """The runs of `sc` on the running network `pnet`, shaped as `sc` says."""
+    topo = pnet.topo
     # What the runs record is the fabric they ran on, as shipped or as shaped.
     host_mbps = _link_mbps(topo, [h.link for h in topo.hosts.values()])
     uplink_mbps = _link_mbps(topo, [u.link for u in topo.uplinks]) if topo.uplinks \
         else host_mbps
     sc = dataclasses.replace(sc, bw_mbps=host_mbps,
                              gpus=next(iter(topo.hosts.values())).gpus)
-    pnet = PassingNetwork(topo, topo_path, sc.target, work / f"run-{topo_path.stem}-{sc.target}")
-    pnet.start()
-    try:
-        counts = sc.host_counts or [len(topo.hosts)]
-        for n_hosts in counts:
-            hosts = _spread(topo, n_hosts)
-            job_id = n_hosts  # one job per host count, over hosts spread across racks
-            pnet.create_job(job_id, hosts, window=sc.window)
-            racks = tuple(sum(1 for h in hosts if topo.hosts[h].rack == r)
-                          for r in sorted({topo.hosts[h].rack for h in hosts}))
-            fabric = FabricModel(racks, sc.gpus, host_mbps * 1e6, uplink_mbps * 1e6)
-            for size in sc.sizes:
-                for strategy in sc.strategies:
-                    row = measure(pnet, job_id, hosts, fabric, size, strategy, sc, rates)
-                    writer_a(row)
-                    log(f"{progress.step()} {sc.topo}/{sc.target} {sc.bw_mbps:g} Mbit/s "
-                        f"{n_hosts}x{sc.gpus} "
-                        f"{size // KIB} KiB {strategy:9s}: {row['mean_s'] * 1e3:9.1f} ms "
-                        f"(model {row['predicted_s'] * 1e3:9.1f} ms, {row['bound']}) "
-                        f"{'correct' if row['correct'] else 'WRONG'}")
-            if sc.train_steps:
-                for strategy in sc.strategies:
-                    row = train(pnet, job_id, hosts, strategy, sc)
-                    curve = row.pop("curve")
-                    writer_t(row)
-                    if curves is not None and curve:
-                        curves.append({"label": results.train_label(
-                            ((sc.topo, sc.target, sc.bw_mbps, len(hosts), sc.gpus),
-                             sc.train_model)), "strategy": strategy, "curve": curve,
-                            "target_accuracy": sc.target_accuracy})
-                    tta = row["time_to_target_s"]
-                    log(f"{progress.step()} train {sc.train_model} {strategy:9s}: "
-                        f"{row['iters_per_s']:.2f} it/s, accuracy {row['accuracy']:.4f}"
-                        + ("" if math.isnan(tta) else
-                           f", {sc.target_accuracy:.0%} " + ("not reached" if math.isinf(tta)
-                                                             else f"after {tta:.1f} s")))
-    finally:
-        pnet.stop()
+    counts = sc.host_counts or [len(topo.hosts)]
+    for n_hosts in counts:
+        hosts = _spread(topo, n_hosts)
+        job_id = n_hosts  # one job per host count, over hosts spread across racks
+        pnet.create_job(job_id, hosts, window=sc.window)
+        racks = tuple(sum(1 for h in hosts if topo.hosts[h].rack == r)
+                      for r in sorted({topo.hosts[h].rack for h in hosts}))
+        fabric = FabricModel(racks, sc.gpus, host_mbps * 1e6, uplink_mbps * 1e6)
+        for size in sc.sizes:
+            for strategy in sc.strategies:
+                row = measure(pnet, job_id, hosts, fabric, size, strategy, sc, rates)
+                writer_a(row)
+                log(f"{progress.step()} {sc.topo}/{sc.target} {sc.bw_mbps:g} Mbit/s "
+                    f"{n_hosts}x{sc.gpus} "
+                    f"{size // KIB} KiB {strategy:9s}: {row['mean_s'] * 1e3:9.1f} ms "
+                    f"(model {row['predicted_s'] * 1e3:9.1f} ms, {row['bound']}) "
+                    f"{'correct' if row['correct'] else 'WRONG'}")
+        if sc.train_steps:
+            for strategy in sc.strategies:
+                row = train(pnet, job_id, hosts, strategy, sc)
+                curve = row.pop("curve")
+                writer_t(row)
+                if curves is not None and curve:
+                    curves.append({"label": results.train_label(
+                        ((sc.topo, sc.target, sc.bw_mbps, len(hosts), sc.gpus),
+                         sc.train_model)), "strategy": strategy, "curve": curve,
+                        "target_accuracy": sc.target_accuracy})
+                tta = row["time_to_target_s"]
+                log(f"{progress.step()} train {sc.train_model} {strategy:9s}: "
+                    f"{row['iters_per_s']:.2f} it/s, accuracy {row['accuracy']:.4f}"
+                    + ("" if math.isnan(tta) else
+                       f", {sc.target_accuracy:.0%} " + ("not reached" if math.isinf(tta)
+                                                         else f"after {tta:.1f} s")))
 
 
 def _link_mbps(topo, links) -> float:
@@ -492,8 +534,10 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     rates, calib = {}, {}
+    agent_pps = agent_rate()
     for target in sorted({sc.target for sc in todo}):
-        calib[target] = calibrate(target, 1.0 if args.quick else args.calibrate_seconds)
+        calib[target] = calibrate(target, 1.0 if args.quick else args.calibrate_seconds,
+                                  agent_pps)
         rates[target] = Rates(calib[target]["switch_agg_pps"], calib[target]["switch_fwd_pps"],
                               calib[target]["agent_pps"], calib[target]["cores"])
         log(f"calibration {target}: {calib[target]}")
@@ -504,8 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="passing-bench-") as tmp:
             progress = Progress(runs_in(todo))
-            for sc in todo:
-                run_scenario(sc, rates, Path(tmp), writer_a, writer_t, log, progress, curves)
+            for group in fabric_groups(todo):
+                run_fabric(group, rates, Path(tmp), writer_a, writer_t, log, progress, curves)
     finally:
         writer_a.close()
         writer_t.close()

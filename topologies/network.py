@@ -27,7 +27,7 @@ from passing import p4build
 from passing import protocol as P
 from passing.contract import JobParams
 from passing.pipeline_files import BUILD_DIR, CHECKOUT
-from topologies import link_loss, training
+from topologies import link_loss, link_rate, training
 from topologies.agent_servers import AgentServers
 from topologies.management import MGMT_SUBNET, ManagementNetwork, ParamsService
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
@@ -414,16 +414,42 @@ class PassingNetwork:
         return [(h.name, h.rack, h.link) for h in self.topo.hosts.values()] + \
             [(u.tor, u.spine, u.link) for u in self.topo.uplinks]
 
-    def set_loss(self, a: str, b: str, percent: float) -> None:
-        """Random loss on the link between nodes a and b, both directions (nftables; this
-        kernel has no netem)."""
+    def _link(self, a: str, b: str):
         link = next((ln for ln in self.net.links
                      if {ln.intf1.node.name, ln.intf2.node.name} == {a, b}), None)
         if link is None:
             raise ValueError(f"no link between {a} and {b}")
+        return link
+
+    def set_loss(self, a: str, b: str, percent: float) -> None:
+        """Random loss on the link between nodes a and b, both directions (nftables; this
+        kernel has no netem)."""
+        link = self._link(a, b)
         for intf in (link.intf1, link.intf2):
             link_loss.set_loss(intf, percent, self.run_dir)
+
+    def set_link_rates(self, topo: Topology) -> None:
+        """Shape every running link to its rate in `topo`, the running topology with other
+        link rates (the same switches, hosts, GPUs and links), and take `topo` as the running
+        one: what the network reports from now on (link use per call) uses those rates."""
+        if _wiring(topo) != _wiring(self.topo):
+            raise ValueError(f"{topo.name}: not the running topology {self.topo.name} with "
+                             "other link rates")
+        self.topo = topo
+        for a, b, params in self.links():
+            link = self._link(a, b)
+            for intf in (link.intf1, link.intf2):
+                link_rate.set_rate(intf, params.bw)
 
 
 def _shape(link) -> dict:
     return {"bw": link.bw} if link.bw else {}
+
+
+def _wiring(topo: Topology) -> tuple:
+    """A topology less its link rates: what set_link_rates may not change."""
+    return (sorted((s.name, s.index, s.role) for s in topo.switches.values()),
+            sorted((h.name, h.rack, h.port, h.gpus, h.ip, h.mac, h.link.delay, h.link.loss)
+                   for h in topo.hosts.values()),
+            sorted((u.tor, u.spine, u.tor_port, u.spine_port, u.link.delay, u.link.loss)
+                   for u in topo.uplinks))

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from passing import protocol as P
 
 # bench.switch_pps uses testbed/, the test harness, which is importable from the checkout only.
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,3 +53,24 @@ def test_model_ports_benchmark_passes_every_frame_both_ways():
     out = json.loads(res.stdout)
     assert out["passed"] == {"per_frame": [2000], "batched": [2000]}
     assert out["per_frame"][0] > 0 and out["batched"][0] > 0
+
+
+def test_switch_pps_aggregation_frames_are_the_contributions_they_stand_for():
+    """The calibration's frames are copies of one frame per (port, slot) with round, version
+    and fragment set: each must be the frame testbed.entries builds for that contribution,
+    but for the UDP checksum (which the switch does not check)."""
+    from bench import switch_pps
+    from testbed.entries import contribution
+
+    frames = switch_pps.aggregation_frames(rounds=3)
+    assert len(frames) == 3 * switch_pps.POOL * 2
+    udp_sum = slice(switch_pps._HDR - 2, switch_pps._HDR)
+    vals = np.arange(P.K, dtype=np.int64)
+    for i, (port, frame) in enumerate(frames):
+        r, slot = divmod(i // 2, switch_pps.POOL)
+        want = bytearray(contribution(switch_pps.DEV, port, vals, job_id=1, slot=slot, round=r,
+                                      frag=r * switch_pps.POOL + slot))
+        assert port == 1 + i % 2
+        frame = bytearray(frame)
+        frame[udp_sum] = want[udp_sum] = b"\0\0"
+        assert frame == want, (i, port, r, slot)

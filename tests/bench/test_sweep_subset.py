@@ -11,16 +11,31 @@ import sys
 
 import pytest
 
-from bench.sweep import Progress, call_plan, runs_in, scenarios, subset
+from bench.sweep import Progress, call_plan, fabric_groups, runs_in, scenarios, subset
 
 
 def test_a_subset_is_every_bandwidth_and_gpu_count_with_the_sizes_and_strategies_given():
     plan = subset("leafspine", "auto", [None, 50.0], [0, 4], [4 << 20], ["passing", "ring"],
                   [], 0, 2)
-    assert [(sc.bw_mbps, sc.gpus) for sc in plan] == [(None, 0), (None, 4), (50.0, 0),
+    assert [(sc.bw_mbps, sc.gpus) for sc in plan] == [(None, 0), (50.0, 0), (None, 4),
                                                         (50.0, 4)]
     assert all(sc.target == "model" and sc.sizes == [4 << 20] for sc in plan)
     assert runs_in(plan) == 4 * 2
+    # One network per GPU count, its links re-shaped for each bandwidth.
+    assert [[(sc.bw_mbps, sc.gpus) for sc in g] for g in fabric_groups(plan)] == \
+        [[(None, 0), (50.0, 0)], [(None, 4), (50.0, 4)]]
+
+
+def test_the_whole_plan_starts_a_network_per_gpu_count_and_target_not_per_rate():
+    plan = scenarios(False, "model")
+    groups = fabric_groups(plan)
+    assert [sc for g in groups for sc in g] == plan  # the same runs, in the same order
+    assert [(g[0].target, g[0].gpus) for g in groups] == [("model", 2), ("model", 1),
+                                                         ("model", 4)]
+    assert [sc.bw_mbps for sc in groups[0]] == [20, None, 10, 50, 20]
+    # Only consecutive scenarios share: a GPU count seen again gets a network of its own.
+    again = fabric_groups(plan[:1] + plan[-1:] + plan[:1])
+    assert [len(g) for g in again] == [1, 1, 1]
 
 
 def test_runs_in_counts_job_sizes_and_training():

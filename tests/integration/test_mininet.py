@@ -16,7 +16,7 @@ import pytest
 from controller.topology import load
 from passing import protocol as P
 from tests import REPO
-from topologies import link_loss, training
+from topologies import link_loss, link_rate, training
 from topologies import network as network_module
 from topologies.management import MGMT_BRIDGE, ManagementError
 from topologies.network import PassingNetwork
@@ -79,6 +79,48 @@ def test_a_full_window_through_every_switch_is_not_resent(network):
         assert all(f"{f}: on" not in features for f in (
             "tcp-segmentation-offload", "generic-segmentation-offload",
             "generic-receive-offload", "large-receive-offload")), (name, features)
+
+
+def _class_bytes(intf) -> int:
+    """Bytes the link's htb class (topologies/link_rate.py) has sent."""
+    out = intf.node.cmd(f"tc -s class show dev {intf.name}")
+    return int(out.split("Sent ", 1)[1].split()[0])
+
+
+def test_links_reshaped_live_take_the_new_rate_and_keep_the_hosts_offloads_off(network,
+                                                                                 tmp_path):
+    """bench.sweep measures several link rates on one network (PassingNetwork.set_link_rates):
+    both ends of every link take the new rate, the traffic crosses it within that rate, the
+    network reports against it, and the hosts' checksum offloads stay off (Mininet's own
+    re-configuration would switch them on, and TCP through the software switches would
+    break). A topology wired otherwise is refused and changes nothing."""
+    pnet = network("leafspine")
+    shipped = REPO / "topologies" / "leafspine.json"
+    doc = json.loads(shipped.read_text())
+    for link in doc["links"]:
+        link["bw"] = 5
+    slow = tmp_path / "leafspine-5mbit.json"
+    slow.write_text(json.dumps(doc))
+    star = load(REPO / "topologies" / "star.json")
+    with pytest.raises(ValueError, match="not the running topology"):
+        pnet.set_link_rates(star)
+    ends = [i for ln in pnet.net.links for i in (ln.intf1, ln.intf2)]
+    assert len(ends) == 12 and {link_rate.rate(i) for i in ends} == {100.0}
+    pnet.set_link_rates(load(slow))
+    assert {link_rate.rate(i) for i in ends} == {5.0}
+    pnet.create_job(1, window=16)
+    h1 = pnet.net.get("h1").defaultIntf()
+    before = _class_bytes(h1)
+    for strategy in ("ring", "passing"):
+        res = pnet.allreduce("64K", iters=1, strategy=strategy)
+        for host, r in res.items():
+            assert r.get("ok") and r["correct"] and r["link_mbps"] == 5, (strategy, host, r)
+            # A link carries at most its rate (what shaping is): 100 Mbit/s would not hold it.
+            assert 0 < r["link_busy"] <= 1.05, (strategy, host, r)
+    assert _class_bytes(h1) - before >= 2 * 64 * 1024 * 4  # the calls crossed the new class
+    assert "tx-checksumming: off" in pnet.net.get("h1").cmd(f"ethtool -k {h1.name}")
+    pnet.set_link_rates(load(shipped))
+    assert {link_rate.rate(i) for i in ends} == {100.0}
 
 
 def test_jobs_survive_a_controller_restart(network):
