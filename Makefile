@@ -24,7 +24,7 @@ help:
 	@echo "                   (star, model; CSV, JSON, plot in build/stragglers; root)"
 	@echo "make bench-loss    all-reduce with 1% and 5% loss on every link, 20% on one (root)"
 	@echo "make run-topology  Mininet + switches + controller + a default job, then the CLI"
-	@echo "                   (TOPO=star|leafspine, TARGET=auto|bmv2|model)"
+	@echo "                   (TOPO=star|leafspine, TARGET=auto|bmv2|model, WINDOW=slots)"
 	@echo "make stop          clean up after a run: Mininet, switch processes, namespaces"
 	@echo "make docker-run-topology  the same on BMv2 inside the p4lang Docker images"
 
@@ -91,7 +91,7 @@ TARGET ?= auto
 run-topology:
 	@[ "$$(id -u)" = 0 ] || { echo "make run-topology: Mininet needs root (sudo make run-topology)"; exit 2; }
 	@./scripts/stop.sh >/dev/null  # whatever an interrupted run left behind
-	$(PY) -m topologies.run --topo topologies/$(TOPO).json --target $(TARGET)
+	$(PY) -m topologies.run --topo topologies/$(TOPO).json --target $(TARGET) $(if $(WINDOW),--window $(WINDOW))
 
 stop:
 	./scripts/stop.sh

@@ -57,7 +57,6 @@ ALLREDUCE_COLUMNS = [*results.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_
                      "predicted_switch_s", "predicted_host_s", "retransmissions", "warmup"]
 TRAINING_COLUMNS = [*results.TRAINING_COLUMNS, "model", "time_to_target_s"]
 KIB, MIB = 1 << 10, 1 << 20
-WINDOW = 64  # slots per job and switch (the agents' window)
 LONG_CALL_S = 2.0  # calls predicted this long or longer are made once (call_plan)
 
 
@@ -75,7 +74,7 @@ class Scenario:
     train_steps: int = 0
     iters: int = 2
     long_call_s: float = LONG_CALL_S  # see call_plan; 0: every run warms up and makes `iters`
-    window: int = WINDOW
+    window: int | None = None  # slots per job and switch; None: the target's default
     train_model: str = DEFAULT_MODEL
     target_accuracy: float = 0.9  # time to this test accuracy, from the training curve
 
@@ -237,7 +236,8 @@ def fabric_groups(plan: list[Scenario]) -> list[list[Scenario]]:
 
 
 def _fabric(sc: Scenario) -> tuple:
-    return sc.topo, sc.target, sc.gpus
+    # The window too: a job already made keeps its window (PassingNetwork.create_job).
+    return sc.topo, sc.target, sc.gpus, sc.window
 
 
 def run_fabric(group: list[Scenario], rates: dict[str, Rates], work: Path, writer_a, writer_t,
@@ -246,12 +246,12 @@ def run_fabric(group: list[Scenario], rates: dict[str, Rates], work: Path, write
     first = group[0]
     topo_path = _variant(first.topo, first.bw_mbps, first.gpus, work)
     pnet = PassingNetwork(load(topo_path), topo_path, first.target,
-                          work / f"run-{topo_path.stem}-{first.target}")
+                          work / f"run-{first.topo}-{first.gpus or 'shipped'}gpu-{first.target}")
     pnet.start()
     try:
-        for i, sc in enumerate(group):
-            if i:
-                pnet.set_link_rates(load(_variant(sc.topo, sc.bw_mbps, sc.gpus, work)))
+        for sc in group:
+            # The first scenario's rates too: set as Mininet set them, and read back.
+            pnet.set_link_rates(load(_variant(sc.topo, sc.bw_mbps, sc.gpus, work)))
             run_scenario(pnet, sc, rates, writer_a, writer_t, log, progress, curves)
     finally:
         pnet.stop()

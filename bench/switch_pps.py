@@ -54,8 +54,8 @@ VERSION_OFF, FRAG_OFF, ROUND_OFF = _HDR + 6, _HDR + 8, _HDR + 12
 def aggregation_frames(rounds: int) -> list[tuple[int, bytearray]]:
     """Contributions of ports 1 and 2 to every slot of the pool, round after round: each
     (port, slot) frame is built once and copied with its round, version and fragment set
-    (building each one afresh took ~8 s of every calibration). The UDP checksum is left as
-    the first round's: the switch does not check it."""
+    (building each one afresh took ~8 s of every calibration). They carry no UDP checksum
+    (0, which IPv4 allows), so no copy carries a wrong one."""
     vals = np.arange(P.K, dtype=np.int64)
     first = [(port, contribution(DEV, port, vals, job_id=1, slot=slot, round=0, frag=slot))
              for slot in range(POOL) for port in (1, 2)]
@@ -63,6 +63,7 @@ def aggregation_frames(rounds: int) -> list[tuple[int, bytearray]]:
     for r in range(rounds):
         for i, (port, template) in enumerate(first):
             frame = bytearray(template)
+            frame[_HDR - 2:_HDR] = b"\0\0"
             frame[VERSION_OFF] = r & 1
             frame[FRAG_OFF:FRAG_OFF + 4] = (r * POOL + i // 2).to_bytes(4, "big")
             frame[ROUND_OFF:ROUND_OFF + 4] = r.to_bytes(4, "big")
@@ -73,7 +74,7 @@ def aggregation_frames(rounds: int) -> list[tuple[int, bytearray]]:
 def next_rounds(frames: list[tuple[int, bytearray]], rounds: int) -> None:
     """Move every frame `rounds` rounds on (an even number keeps each frame's version), so
     that the cycle goes on with new rounds: the switch refuses a round it has left behind.
-    The switch does not check UDP checksums, so the frames need no other change."""
+    The frames carry no UDP checksum, so they need no other change."""
     for _, frame in frames:
         r = int.from_bytes(frame[ROUND_OFF:ROUND_OFF + 4], "big")
         frame[ROUND_OFF:ROUND_OFF + 4] = ((r + rounds) & 0xFFFFFFFF).to_bytes(4, "big")

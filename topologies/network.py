@@ -33,6 +33,15 @@ from topologies.management import MGMT_SUBNET, ManagementNetwork, ParamsService
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
 INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
+# Slots per switch of a job made here without a window (the default job of `make
+# run-topology`, the sweep's jobs), per target. A window must cover a slot's round trip
+# through the switches, not only the links. The model (leafspine, 2 cores, 2026-12-01): 16 MiB
+# at 20 Mbit/s took 10.0-10.2 s with 64 slots (host links 70-75% busy), 8.8-9.2 s with 128,
+# 8.3-8.6 s with 256 (85-91%), 8.0 s with 512; 4 MiB as shipped 1.61-2.05 s, 1.44-1.67 s and
+# 1.35-1.64 s with 64, 128 and 256. BMv2 drops a wider window's burst (its egress queues hold
+# 64 packets): as shipped, 256K values, 64 slots 2.9 s and 0.2-0.4% resent, 256 slots 3.4-3.7 s
+# and 10-11% (2.2-2.5% and still slower with queues of 1024). docs/benchmarks.md, "Window".
+DEFAULT_WINDOWS = {"model": 256, "bmv2": 64}
 
 
 class PassingNetwork:
@@ -191,8 +200,13 @@ class PassingNetwork:
                 if intf.name != "lo"]
 
     # -- jobs and traffic ---------------------------------------------------------------------
-    def create_job(self, job_id: int, hosts: list[str] | None = None, window: int = 64,
+    def create_job(self, job_id: int, hosts: list[str] | None = None,
+                   window: int | None = None,
                    mode: str = "passing") -> Path:
+        """Job `job_id` over `hosts` (default every host) with `window` slots per switch
+        (default DEFAULT_WINDOWS[target]), made unless the controller has it already; the
+        path of its agent parameters."""
+        window = window or DEFAULT_WINDOWS[self.target]
         spec = JobSpec(job_id, tuple(hosts or self.topo.hosts), window, mode=mode)
         if self.ctl.store.get_job(job_id) is None:
             self.ctl.create_job(spec)
@@ -435,11 +449,16 @@ class PassingNetwork:
         if _wiring(topo) != _wiring(self.topo):
             raise ValueError(f"{topo.name}: not the running topology {self.topo.name} with "
                              "other link rates")
+        for h in topo.hosts.values():
+            self._shape_link(h.name, h.rack, h.link.bw)
+        for u in topo.uplinks:
+            self._shape_link(u.tor, u.spine, u.link.bw)
         self.topo = topo
-        for a, b, params in self.links():
-            link = self._link(a, b)
-            for intf in (link.intf1, link.intf2):
-                link_rate.set_rate(intf, params.bw)
+
+    def _shape_link(self, a: str, b: str, mbps: float | None) -> None:
+        link = self._link(a, b)
+        for intf in (link.intf1, link.intf2):
+            link_rate.set_rate(intf, mbps)
 
 
 def _shape(link) -> dict:
@@ -448,7 +467,7 @@ def _shape(link) -> dict:
 
 def _wiring(topo: Topology) -> tuple:
     """A topology less its link rates: what set_link_rates may not change."""
-    return (sorted((s.name, s.index, s.role) for s in topo.switches.values()),
+    return (sorted((s.name, s.index, s.role, s.ip, s.mac) for s in topo.switches.values()),
             sorted((h.name, h.rack, h.port, h.gpus, h.ip, h.mac, h.link.delay, h.link.loss)
                    for h in topo.hosts.values()),
             sorted((u.tor, u.spine, u.tor_port, u.spine_port, u.link.delay, u.link.loss)

@@ -34,7 +34,7 @@ from bench.agent import STRATEGIES
 from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
 from passing.pipeline_files import topology_file
-from topologies.network import PassingNetwork
+from topologies.network import DEFAULT_WINDOWS, PassingNetwork
 
 # Below this share of a shaped link's rate during a call, the link did not set the time.
 CPU_BOUND_BELOW = 0.5
@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="topology file, or the name of a shipped one (star, leafspine)")
     ap.add_argument("--target", default="auto", help="auto, bmv2 or model (default auto)")
     ap.add_argument("--run-dir", default=None, help="logs, state (default runs/<topology>)")
-    ap.add_argument("--window", type=int, default=64, help="slots of the default job")
+    ap.add_argument("--window", type=int, default=None,
+                    help="slots of the default job on each switch (default: "
+                         + ", ".join(f"{w} on {t}" for t, w in DEFAULT_WINDOWS.items()) + ")")
     ap.add_argument("--pcap", action="store_true", help="BMv2: write pcaps to the run dir")
     ap.add_argument("--log", action="store_true",
                     help="switch logs per packet in the run dir (slow on BMv2)")

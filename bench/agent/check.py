@@ -65,6 +65,12 @@ def _sums(params: JobParams, seed: int, n: int) -> _Sums:
     return sums
 
 
+def forget() -> None:
+    """Drop the kept sums (a rank about to train needs the memory, not them)."""
+    global _last
+    _last = None
+
+
 def expected_sum(params: JobParams, seed: int, n: int,
                  strategy: str = "passing") -> tuple[np.ndarray, np.ndarray, int]:
     """(exact float64 sum over every rank of every host (read-only), the largest error per

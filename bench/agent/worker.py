@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from bench.agent import check
 from bench.agent.check import expected_sum, rank_tensor
 from host_agent.job_source import params_from_env
 from passing.contract import JobParams
@@ -151,6 +152,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                 allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
                 stats = None
         if args["train_steps"]:
+            check.forget()
             out.put(_train(allreduce, ranks, args, stats))
             dist.destroy_process_group()
             return

@@ -84,3 +84,40 @@ def test_the_shared_sum_cannot_be_changed_by_a_caller():
     assert again is total  # the memo answered, with the untouched values
     np.testing.assert_array_equal(
         again, np.sum([t for h in _tensors((2, 2), 5, 300) for t in h], axis=0))
+
+
+def _reference_tolerance(gpus: tuple[int, ...], seed: int, n: int, strategy: str) -> np.ndarray:
+    """The bound as docs/benchmarks.md states it, computed here from the tensors themselves:
+    float32 roundings of partial sums, plus twice the fixed point's bound over the streams
+    the switch sums (one per host for passing, one per rank for ina)."""
+    tensors = _tensors(gpus, seed, n)
+    flat = [t for host in tensors for t in host]
+    tol = len(flat) * 2.0 ** -24 * np.sum(np.abs(flat), axis=0) \
+        + 2.0 ** -24 * np.abs(np.sum(flat, axis=0))
+    streams = {"passing": [np.sum(h, axis=0) for h in tensors], "ina": flat}.get(strategy)
+    if streams:
+        pad = -n % P.K
+        peaks = np.max([np.abs(np.pad(x, (0, pad))).reshape(-1, P.K).max(axis=1)
+                        for x in streams], axis=0)
+        tol = tol + np.repeat(2 * fx.error_bound(fx.block_exponents(peaks.reshape(-1, 1)),
+                                                 len(streams)), P.K)[:n]
+    return tol
+
+
+def test_each_strategy_gets_its_own_bound_whether_the_memo_answers_or_not():
+    # ina's streams are the ranks, passing's the hosts: with one GPU on a host and three on
+    # another, the two bounds differ, and a memo mixing them up would show.
+    for gpus, seed, n in [((1, 3, 2), 9, 3 * P.K + 5), ((1, 3, 2), 9, 3 * P.K + 5),
+                          ((2, 2, 2, 2), 9, 3 * P.K + 5)]:
+        for strategy in ("passing", "ina", "ring", "passing"):
+            _, tol, _ = check.expected_sum(_params(gpus), seed, n, strategy)
+            np.testing.assert_allclose(tol, _reference_tolerance(gpus, seed, n, strategy),
+                                       rtol=1e-12, err_msg=f"{gpus} {strategy}")
+
+
+def test_forget_drops_the_kept_sums():
+    first, _, _ = check.expected_sum(_params((2, 2)), 6, 300, "ring")
+    check.forget()
+    again, _, _ = check.expected_sum(_params((2, 2)), 6, 300, "ring")
+    assert again is not first
+    np.testing.assert_array_equal(again, first)

@@ -108,15 +108,20 @@ def test_links_reshaped_live_take_the_new_rate_and_keep_the_hosts_offloads_off(n
     assert len(ends) == 12 and {link_rate.rate(i) for i in ends} == {100.0}
     pnet.set_link_rates(load(slow))
     assert {link_rate.rate(i) for i in ends} == {5.0}
-    pnet.create_job(1, window=16)
+    pnet.create_job(1)  # the target's default window, on every switch
+    assert {p.size for p in pnet.ctl.job(1).pools} == \
+        {network_module.DEFAULT_WINDOWS[pnet.target]}
     h1 = pnet.net.get("h1").defaultIntf()
     before = _class_bytes(h1)
     for strategy in ("ring", "passing"):
         res = pnet.allreduce("64K", iters=1, strategy=strategy)
         for host, r in res.items():
             assert r.get("ok") and r["correct"] and r["link_mbps"] == 5, (strategy, host, r)
-            # A link carries at most its rate (what shaping is): 100 Mbit/s would not hold it.
-            assert 0 < r["link_busy"] <= 1.05, (strategy, host, r)
+            # A link carries at most its rate (what shaping is), give or take htb's burst
+            # (15 KB at line rate when a call starts: up to ~10% of a call this short). Left
+            # at 100 Mbit/s they would carry several times 5 Mbit/s (README, "Up to which link
+            # rate the emulation is faithful": ~14 Mbit/s PASSING, ~35 Mbit/s ring).
+            assert 0 < r["link_busy"] <= 1.25, (strategy, host, r)
     assert _class_bytes(h1) - before >= 2 * 64 * 1024 * 4  # the calls crossed the new class
     assert "tx-checksumming: off" in pnet.net.get("h1").cmd(f"ethtool -k {h1.name}")
     pnet.set_link_rates(load(shipped))
