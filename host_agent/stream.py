@@ -117,6 +117,22 @@ class StreamStats:
     abstained: int = 0  # packets sent without values: the agreed scale left them out
 
 
+# A call uses every slot of a large window only when it has at least this many fragments per
+# slot: each slot's first packet is an exponent packet (one round trip and one frame of no
+# values), so a 256-slot window on a 1 MiB call (1,024 fragments) would add 25% to the wire.
+FRAGS_PER_SLOT = 16
+# ... and at least this many slots (all a call has, when fewer): what windows of up to 64 slots
+# always did, so their calls use the slots they used before.
+MIN_SLOTS = 64
+
+
+def slots_used(window: int, nfrag: int) -> int:
+    """Slots a call of `nfrag` fragments uses of a `window`-slot pool: slot s carries fragments
+    s, s + used, s + 2 * used, .... Every host of the job computes the same (docs/protocol.md,
+    "Rounds, quorum and late contributions")."""
+    return min(window, nfrag, max(MIN_SLOTS, -(-nfrag // FRAGS_PER_SLOT)))
+
+
 class _Call:
     """One allreduce's fragments, how far each slot has got through them, and the packet each
     slot is waiting on (arrays indexed by slot, so a batch of results is matched in numpy)."""
@@ -125,9 +141,8 @@ class _Call:
                  tag: int):
         self.blocks, self.local_exp, self.tag = blocks, local_exp, tag
         self.nfrag = blocks.shape[0]
-        # Slots the call uses: the window, or one per fragment of a shorter tensor. Slot s
-        # carries fragments s, s + used, s + 2 * used, ...
-        self.used = used = min(window, self.nfrag)
+        # Slot s carries fragments s, s + used, s + 2 * used, ...
+        self.used = used = slots_used(window, self.nfrag)
         self.s_bits = fx.scale_bits(streams)
         self.agreed = np.zeros(self.nfrag, dtype=np.uint8)
         self.out = np.zeros((self.nfrag, P.K), dtype=np.float64)
@@ -372,7 +387,7 @@ class SlotStreamer:
         if n <= 0 or self.cfg.patience is None or self.last_n not in (None, n):
             return 0
         nfrag = -(-n // P.K)
-        used = min(self.cfg.window, nfrag)
+        used = slots_used(self.cfg.window, nfrag)
         # Slot s carries an exponent packet, then fragments s, s + used, ...
         frags = [[s] + list(range(s, nfrag, used)) for s in range(used)]
         with self._holding_io():

@@ -13,7 +13,7 @@ import pytest
 from host_agent import fixed_point as fx
 from host_agent.fixed_point import NonFiniteError
 from host_agent.session import new_session
-from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout
+from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout, slots_used
 from passing import protocol as P
 from testbed.loopback import LoopbackSwitch, random_tensors
 
@@ -91,6 +91,39 @@ def test_window_larger_than_the_tensor_and_reused_across_calls():
     switch = LoopbackSwitch(2, slots=64)
     results, _ = run_hosts(switch, tensors, calls=5, window=64)
     check(results, tensors)
+
+
+def test_windows_of_up_to_64_slots_use_as_many_slots_as_before():
+    for window in (1, 8, 16, 64):
+        for nfrag in (1, 3, 64, 65, 1000, 5000):
+            assert slots_used(window, nfrag) == min(window, nfrag)
+
+
+@pytest.mark.parametrize("nfrag, used", [(40, 40), (200, 64), (2048, 128), (8192, 256)])
+def test_a_wide_window_uses_only_the_slots_the_call_needs(nfrag, used):
+    """Each slot's first packet carries only an exponent: a 256-slot window uses a slot per 16
+    fragments (at least 64), and every host uses the same slots."""
+    assert slots_used(256, nfrag) == used
+    if nfrag > 2048:
+        return  # the rule alone: the call itself would take long through the Python pipeline
+    seen: dict[int, set[int]] = {1: set(), 2: set()}
+
+    class Spy:
+        def __init__(self, port, inner):
+            self.port, self.inner = port, inner
+
+        def send(self, payload):
+            seen[self.port].add(int.from_bytes(payload[2:4], "big"))  # the header's slot
+            self.inner.send(payload)
+
+        def recv(self, timeout):
+            return self.inner.recv(timeout)
+
+    tensors = random_tensors(2, nfrag * P.K - 7, seed=nfrag)
+    switch = LoopbackSwitch(2, slots=256)
+    results, _ = run_hosts(switch, tensors, calls=2, window=256, wrap=Spy)
+    check(results, tensors)
+    assert seen[1] == seen[2] == set(range(used))
 
 
 def test_switch_that_never_answers_times_out():
