@@ -15,7 +15,7 @@ A strategy's time is the largest of three bounds, each from rates measured in is
 
 Wire formats: a PASSING packet is one Ethernet frame of passing.protocol.FRAME_BYTES bytes
 carrying K values; a stream of n values sends ceil(n/K) value packets plus one exponent packet
-per slot it uses (host_agent.stream.slots_used; the exponent of a slot's first block travels
+per slot it uses (passing.protocol.slots_used; the exponent of a slot's first block travels
 ahead of it). TCP carries 1448
 bytes per 1514-byte frame (MSS with timestamps) and one 66-byte ACK frame per two segments.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from host_agent.stream import slots_used
 from passing import protocol as P
 
 TCP_MSS, TCP_FRAME = 1448, 1514
@@ -75,7 +74,7 @@ class Prediction:
 
 def stream_packets(values: int, window: int) -> int:
     blocks = math.ceil(values / P.K)
-    return blocks + slots_used(window, blocks)
+    return blocks + P.slots_used(window, blocks)
 
 
 def _time(nbytes: float, bps: float) -> float:

@@ -78,9 +78,12 @@ def call_size(n: int) -> int:
 def pool_session(session: int, pool: int, window: int) -> int:
     """The session of hosts that agreed on `session` and stream in pool number `pool` with
     `window` slots: the same on every host that holds the same parameters, non-zero, and
-    unrelated to any other pool's or window's."""
+    unrelated to any other pool's or window's. The rule of which slots a call uses is part
+    of it: agents of another rule count other rounds on the same slots, and the switch would
+    sum their fragments with ours; in different sessions it never does."""
+    rule = f"slots {P.MIN_SLOTS}/{P.FRAGS_PER_SLOT}".encode()
     h = hashlib.sha256(session.to_bytes(8, "big") + pool.to_bytes(4, "big")
-                       + window.to_bytes(4, "big") + b"passing/pool")
+                       + window.to_bytes(4, "big") + b"passing/pool" + rule)
     return int.from_bytes(h.digest()[:8], "big") or 1
 
 

@@ -1,10 +1,11 @@
 """One host's stream of fragments through the switch: the SwitchML window protocol.
 
-The job's pool has W slots. Slot s carries, one after another: an exponent-only packet for
-fragment s (values zero, `exp` = this host's exponent of fragment s), then fragment s quantized
-with the agreed exponent and carrying the exponent of fragment s+W, then fragment s+W, and so on
-(see host_agent/fixed_point.py). Each packet waits for its result before the slot's next packet
-goes out; W slots are in flight at once. Every use of a slot is the slot's next round (0, 1,
+The job's pool has W slots; a call of n fragments uses u = passing.protocol.slots_used(W, n) of
+them. Slot s carries, one after another: an exponent-only packet for fragment s (values zero,
+`exp` = this host's exponent of fragment s), then fragment s quantized with the agreed exponent
+and carrying the exponent of fragment s+u, then fragment s+u, and so on (see
+host_agent/fixed_point.py). Each packet waits for its result before the slot's next packet goes
+out; u slots are in flight at once. Every use of a slot is the slot's next round (0, 1,
 2, ...; the SwitchML shadow-copy version is its low bit), also across calls, so the agent keeps
 the rounds for the life of the session; every host counts the same rounds.
 
@@ -117,22 +118,6 @@ class StreamStats:
     abstained: int = 0  # packets sent without values: the agreed scale left them out
 
 
-# A call uses every slot of a large window only when it has at least this many fragments per
-# slot: each slot's first packet is an exponent packet (one round trip and one frame of no
-# values), so a 256-slot window on a 1 MiB call (1,024 fragments) would add 25% to the wire.
-FRAGS_PER_SLOT = 16
-# ... and at least this many slots (all a call has, when fewer): what windows of up to 64 slots
-# always did, so their calls use the slots they used before.
-MIN_SLOTS = 64
-
-
-def slots_used(window: int, nfrag: int) -> int:
-    """Slots a call of `nfrag` fragments uses of a `window`-slot pool: slot s carries fragments
-    s, s + used, s + 2 * used, .... Every host of the job computes the same (docs/protocol.md,
-    "Rounds, quorum and late contributions")."""
-    return min(window, nfrag, max(MIN_SLOTS, -(-nfrag // FRAGS_PER_SLOT)))
-
-
 class _Call:
     """One allreduce's fragments, how far each slot has got through them, and the packet each
     slot is waiting on (arrays indexed by slot, so a batch of results is matched in numpy)."""
@@ -142,7 +127,7 @@ class _Call:
         self.blocks, self.local_exp, self.tag = blocks, local_exp, tag
         self.nfrag = blocks.shape[0]
         # Slot s carries fragments s, s + used, s + 2 * used, ...
-        self.used = used = slots_used(window, self.nfrag)
+        self.used = used = P.slots_used(window, self.nfrag)
         self.s_bits = fx.scale_bits(streams)
         self.agreed = np.zeros(self.nfrag, dtype=np.uint8)
         self.out = np.zeros((self.nfrag, P.K), dtype=np.float64)
@@ -387,7 +372,7 @@ class SlotStreamer:
         if n <= 0 or self.cfg.patience is None or self.last_n not in (None, n):
             return 0
         nfrag = -(-n // P.K)
-        used = slots_used(self.cfg.window, nfrag)
+        used = P.slots_used(self.cfg.window, nfrag)
         # Slot s carries an exponent packet, then fragments s, s + used, ...
         frags = [[s] + list(range(s, nfrag, used)) for s in range(used)]
         with self._holding_io():

@@ -65,6 +65,19 @@ MAX_FAN_IN = 32
 SLOT_CAPACITY = 4096
 MAX_JOBS = 256
 
+# Which slots of a pool a call uses (docs/protocol.md, "Rounds, quorum and late contributions").
+# Each slot's first packet carries only an exponent, so a call uses a slot per FRAGS_PER_SLOT
+# fragments of a wider pool, at least MIN_SLOTS (pools of up to MIN_SLOTS: min(W, n), as
+# before the rule): a 256-slot pool would otherwise add 25% to a 1 MiB call's wire.
+FRAGS_PER_SLOT = 16
+MIN_SLOTS = 64
+
+
+def slots_used(window: int, nfrag: int) -> int:
+    """Slots a call of `nfrag` fragments uses of a `window`-slot pool: slot s carries fragments
+    s, s + used, s + 2 * used, .... Every host of the job computes the same."""
+    return min(window, nfrag, max(MIN_SLOTS, -(-nfrag // FRAGS_PER_SLOT)))
+
 
 @dataclass(frozen=True)
 class Field:

@@ -41,7 +41,7 @@ INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
 # 1.35-1.64 s with 64, 128 and 256. BMv2 drops a wider window's burst (its egress queues hold
 # 64 packets): as shipped, 256K values, 64 slots 2.9 s and 0.2-0.4% resent, 256 slots 3.4-3.7 s
 # and 10-11% (2.2-2.5% and still slower with queues of 1024). A call uses only the slots it
-# needs (host_agent.stream.slots_used), so smaller calls pay no more exponent packets than with
+# needs (passing.protocol.slots_used), so smaller calls pay no more exponent packets than with
 # 64. docs/benchmarks.md, "Window".
 DEFAULT_WINDOWS = {"model": 256, "bmv2": 64}
 

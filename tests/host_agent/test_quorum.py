@@ -226,6 +226,27 @@ def test_a_host_behind_by_whole_calls_is_told_so_and_takes_them_without_sending(
         h.close()
 
 
+def test_a_host_behind_on_a_wide_window_finds_the_calls_on_the_slots_they_used():
+    """With 256 slots a 200-fragment call uses 64 (passing.protocol.slots_used): the host that
+    was away counts the others' calls on those slots, and takes them exactly."""
+    sw = LoopbackSwitch(HOSTS, slots=256, quorum=2)
+    hosts = streamers(sw, 256, patience=0.02, staleness=5)
+    try:
+        n = 200 * P.K + 7
+        assert P.slots_used(256, -(-n // P.K)) == 64
+        tensors = random_tensors(HOSTS, n, seed=6)
+        results, _ = run_calls(hosts[:2], tensors[:2], 2, late={})
+        deadline = time.monotonic() + 20
+        while hosts[2].calls_ready(n) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hosts[2].calls_ready(n) == 2
+        for c in range(2):
+            assert np.array_equal(hosts[2].allreduce(np.zeros(n)), results[0][c]), c
+    finally:
+        for h in hosts:
+            h.close()
+
+
 def test_a_larger_call_whose_extra_fragment_is_all_zeros_is_not_taken_for_a_smaller_one():
     """The others' call has one fragment more than host 3's next, and it is all zeros (a
     frozen layer's gradient, or the pool vote of a call that votes for nothing): the result

@@ -13,8 +13,9 @@ import pytest
 from host_agent import fixed_point as fx
 from host_agent.fixed_point import NonFiniteError
 from host_agent.session import new_session
-from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout, slots_used
+from host_agent.stream import SlotStreamer, StreamConfig, SwitchTimeout
 from passing import protocol as P
+from passing.protocol import slots_used
 from testbed.loopback import LoopbackSwitch, random_tensors
 
 
@@ -124,6 +125,35 @@ def test_a_wide_window_uses_only_the_slots_the_call_needs(nfrag, used):
     results, _ = run_hosts(switch, tensors, calls=2, window=256, wrap=Spy)
     check(results, tensors)
     assert seen[1] == seen[2] == set(range(used))
+
+
+def test_calls_of_other_sizes_share_a_wide_window_and_every_host_counts_the_same_rounds():
+    """One session, calls of 200, 1,100, 40 and 200 fragments on 256 slots: each uses its own
+    number of slots (64, 69, 40, 64), so the slots' rounds advance unevenly, the same on every
+    host; every sum is right."""
+    sizes = [200, 1100, 40, 200]
+    switch = LoopbackSwitch(2, slots=256)
+    session = new_session()
+    streamers = [SlotStreamer(StreamConfig(switch.job_id, p - 1, 256, 2, session),
+                              switch.transport(p)) for p in (1, 2)]
+    tensors = [random_tensors(2, nfrag * P.K - 3, seed=nfrag) for nfrag in sizes]
+    results: list[list] = [[], []]
+
+    def work(i):
+        for t in tensors:
+            results[i].append(streamers[i].allreduce(t[i]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for c, t in enumerate(tensors):
+        check([[results[0][c]], [results[1][c]]], t)
+    assert np.array_equal(streamers[0].rounds, streamers[1].rounds)
+    # slot 0 took part in every call (5 + 17 + 2 + 5 rounds: an exponent packet each, then
+    # its fragments), slot 68 only in the 1,100-fragment one (1 + 15), slot 69 in none.
+    assert list(streamers[0].rounds[[0, 68, 69]]) == [29, 16, 0]
 
 
 def test_switch_that_never_answers_times_out():
