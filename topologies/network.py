@@ -208,7 +208,7 @@ class PassingNetwork:
         """Job `job_id` over `hosts` (default every host) with `window` slots per switch
         (default DEFAULT_WINDOWS[target]), made unless the controller has it already; the
         path of its agent parameters."""
-        window = window or DEFAULT_WINDOWS[self.target]
+        window = DEFAULT_WINDOWS[self.target] if window is None else window
         spec = JobSpec(job_id, tuple(hosts or self.topo.hosts), window, mode=mode)
         if self.ctl.store.get_job(job_id) is None:
             self.ctl.create_job(spec)
