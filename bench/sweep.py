@@ -244,14 +244,14 @@ def run_fabric(group: list[Scenario], rates: dict[str, Rates], work: Path, write
                log, progress: Progress, curves: list[dict] | None = None) -> None:
     """The scenarios of one fabric_groups() group, in order, on one network."""
     first = group[0]
-    topo_path = _variant(first.topo, first.bw_mbps, first.gpus, work)
-    pnet = PassingNetwork(load(topo_path), topo_path, first.target,
+    paths = [_variant(sc.topo, sc.bw_mbps, sc.gpus, work) for sc in group]
+    pnet = PassingNetwork(load(paths[0]), paths[0], first.target,
                           work / f"run-{first.topo}-{first.gpus or 'shipped'}gpu-{first.target}")
     pnet.start()
     try:
-        for sc in group:
+        for sc, path in zip(group, paths, strict=True):
             # The first scenario's rates too: set as Mininet set them, and read back.
-            pnet.set_link_rates(load(_variant(sc.topo, sc.bw_mbps, sc.gpus, work)))
+            pnet.set_link_rates(load(path))
             run_scenario(pnet, sc, rates, writer_a, writer_t, log, progress, curves)
     finally:
         pnet.stop()

@@ -427,8 +427,7 @@ class PassingNetwork:
     def links(self) -> list[tuple[str, str, LinkParams]]:
         """Every link of the topology as (node, node, its link parameters): hosts to their
         ToR, then ToRs to their spine."""
-        return [(h.name, h.rack, h.link) for h in self.topo.hosts.values()] + \
-            [(u.tor, u.spine, u.link) for u in self.topo.uplinks]
+        return _links(self.topo)
 
     def _link(self, a: str, b: str):
         link = next((ln for ln in self.net.links
@@ -451,16 +450,16 @@ class PassingNetwork:
         if _wiring(topo) != _wiring(self.topo):
             raise ValueError(f"{topo.name}: not the running topology {self.topo.name} with "
                              "other link rates")
-        for h in topo.hosts.values():
-            self._shape_link(h.name, h.rack, h.link.bw)
-        for u in topo.uplinks:
-            self._shape_link(u.tor, u.spine, u.link.bw)
+        for a, b, params in _links(topo):
+            link = self._link(a, b)
+            for intf in (link.intf1, link.intf2):
+                link_rate.set_rate(intf, params.bw)
         self.topo = topo
 
-    def _shape_link(self, a: str, b: str, mbps: float | None) -> None:
-        link = self._link(a, b)
-        for intf in (link.intf1, link.intf2):
-            link_rate.set_rate(intf, mbps)
+
+def _links(topo: Topology) -> list[tuple[str, str, LinkParams]]:
+    return [(h.name, h.rack, h.link) for h in topo.hosts.values()] + \
+        [(u.tor, u.spine, u.link) for u in topo.uplinks]
 
 
 def _shape(link) -> dict:
