@@ -29,6 +29,7 @@ from bench.sizes import parse_size
 from bench.sweep import Progress, _list, _positive, _strategy
 from controller.topology import load
 from passing.pipeline_files import topology_file
+from topologies.exclusive import busy_message
 from topologies.network import PassingNetwork
 
 
@@ -193,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--topo: {e}")
     if os.geteuid() != 0:
         print("bench.loss: Mininet needs root (sudo)", file=sys.stderr)
+        return 2
+    busy = busy_message()
+    if busy:
+        print(f"bench.loss: {busy}", file=sys.stderr)
         return 2
     conditions = [NO_LOSS, *dict.fromkeys(args.loss)]
     t0 = time.monotonic()

@@ -29,6 +29,7 @@ from passing.contract import JobParams
 from passing.pipeline_files import BUILD_DIR, CHECKOUT
 from topologies import link_loss, link_rate, training
 from topologies.agent_servers import AgentServers
+from topologies.exclusive import NetworkLock
 from topologies.management import MGMT_SUBNET, ManagementNetwork, ParamsService
 from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
 
@@ -64,6 +65,7 @@ class PassingNetwork:
         self._training_lock = threading.Lock()
         self._runs = itertools.count(1)
         self.agents = AgentServers(lambda h: self.net.get(h), self.run_dir / "agents")
+        self._lock = NetworkLock()
 
     @property
     def controller_url(self) -> str | None:
@@ -74,7 +76,10 @@ class PassingNetwork:
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
         """Mininet, switches, management network, controller and its parameter service. On a
-        failure, whatever was started is stopped again before the error is raised."""
+        failure, whatever was started is stopped again before the error is raised. Another
+        PASSING network on this machine: NetworkBusy, before anything is touched (its bridge
+        and ports would be this one's)."""
+        self._lock.acquire()
         try:
             self._start()
         except BaseException:
@@ -160,9 +165,13 @@ class PassingNetwork:
         self.ctl = self._controller()
 
     def stop(self) -> None:
-        """Stop everything start() started (also after a failed start; idempotent)."""
+        """Stop everything start() started (also after a failed start; idempotent). A network
+        that never started (another one held the machine) touches nothing: the bridge and
+        interfaces of that name are the other network's."""
+        if not self._lock.held:
+            return
         steps = [self.agents.stop, self._stop_training, self._stop_params_service,
-                 self._stop_controller, self.mgmt.stop, self._stop_mininet]
+                 self._stop_controller, self.mgmt.stop, self._stop_mininet, self._lock.release]
         error = None
         for step in steps:
             try:

@@ -34,6 +34,7 @@ from bench.agent import STRATEGIES
 from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
 from passing.pipeline_files import topology_file
+from topologies.exclusive import NetworkBusy
 from topologies.network import DEFAULT_WINDOWS, PassingNetwork
 
 # Below this share of a shaped link's rate during a call, the link did not set the time.
@@ -232,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"*** target {pnet.target} ({pnet.target_reason}); logs and state in {run_dir}")
     try:
         pnet.start()
+    except NetworkBusy as e:
+        print(f"run-topology: {e}", file=sys.stderr)
+        return 1
+    try:
         params = pnet.create_job(1, window=args.window)
         print(f"*** job 1 over {', '.join(topo.hosts)}; agent parameters in {params}")
         pnet.ctl.disconnect()

@@ -5,6 +5,7 @@ network with the controller's parameter service, and PyTorch training with torch
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from passing import protocol as P
 from tests import REPO
 from topologies import link_loss, link_rate, training
 from topologies import network as network_module
+from topologies.exclusive import NetworkBusy
 from topologies.management import MGMT_BRIDGE, ManagementError
 from topologies.network import PassingNetwork
 
@@ -294,6 +296,22 @@ def test_a_failed_start_leaves_nothing_behind(target, tmp_path):
     finally:
         subprocess.run(["ip", "link", "del", clash])
     pnet.stop()  # again: nothing left to do
+
+
+def test_a_second_network_is_refused_and_the_running_one_goes_on(network, tmp_path):
+    """Two networks at once would share the management bridge and the gRPC ports: the
+    second start is refused before it touches anything, naming this process, and stopping
+    the refused one leaves the running one's bridge alone."""
+    pnet = network("star")
+    pnet.create_job(1, window=16)
+    path = REPO / "topologies" / "star.json"
+    second = PassingNetwork(load(path), path, pnet.target, tmp_path / "second")
+    with pytest.raises(NetworkBusy, match=rf"another PASSING network .*pid {os.getpid()}"):
+        second.start()
+    second.stop()
+    assert second.net is None and _link_exists(MGMT_BRIDGE)
+    res = pnet.allreduce("4K", iters=1)
+    assert all(r.get("ok") and r["correct"] for r in res.values()), res
 
 
 def test_train_without_a_script_says_to_pass_one(monkeypatch, tmp_path):
