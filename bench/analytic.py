@@ -16,7 +16,9 @@ A strategy's time is the largest of three bounds, each from rates measured in is
 Wire formats: a PASSING packet is one Ethernet frame of passing.protocol.FRAME_BYTES bytes
 carrying K values; a stream of n values sends ceil(n/K) value packets plus one exponent packet
 per slot it uses (passing.protocol.slots_used; the exponent of a slot's first block travels
-ahead of it). TCP carries 1448
+ahead of it), or none when the call repeats the size of the one before and speculates on its
+scale (docs/protocol.md, "Speculative scale"; the model assumes every prediction holds, as it
+does for calls of the same tensor). TCP carries 1448
 bytes per 1514-byte frame (MSS with timestamps) and one 66-byte ACK frame per two segments.
 """
 
@@ -72,9 +74,9 @@ class Prediction:
     switch_packets: float  # packets all switches together process
 
 
-def stream_packets(values: int, window: int) -> int:
+def stream_packets(values: int, window: int, speculating: bool = False) -> int:
     blocks = math.ceil(values / P.K)
-    return blocks + P.slots_used(window, blocks)
+    return blocks if speculating else blocks + P.slots_used(window, blocks)
 
 
 def _time(nbytes: float, bps: float) -> float:
@@ -91,15 +93,16 @@ def _tcp_frames(payload: float) -> float:
 
 
 def predict(strategy: str, fabric: FabricModel, size_bytes: int, rates: Rates,
-            window: int = 64) -> Prediction:
+            window: int = 64, speculating: bool = False) -> Prediction:
+    """The cost of one call; `speculating`: one that follows a call of the same size."""
     values = size_bytes // 4
     multi = len(fabric.rack_hosts) > 1
     if strategy in ("passing", "ina"):
         streams_per_host = fabric.gpus if strategy == "ina" else 1
-        pkts = stream_packets(values, window) * streams_per_host  # per host, each direction
+        pkts = stream_packets(values, window, speculating) * streams_per_host  # per host, each way
         host_bytes = pkts * P.FRAME_BYTES
         link = _time(host_bytes, fabric.host_bps)
-        up_pkts = stream_packets(values, window)  # one rack sum per ToR, one result back
+        up_pkts = stream_packets(values, window, speculating)  # one rack sum per ToR, one back
         if multi:
             link = max(link, _time(up_pkts * P.FRAME_BYTES, fabric.uplink_bps))
         # A ToR processes its hosts' packets, plus the spine's results when there is one.

@@ -50,12 +50,16 @@ from bench.workloads import DEFAULT_MODEL, MODELS
 from controller.counters import StatsCounters
 from controller.topology import load
 from passing.pipeline_files import topology_file
+from topologies.exclusive import busy_message
 from topologies.network import INA_JOB_OFFSET, PassingNetwork
 
 # What bench.report reads, then what only the CSV keeps (the model's three bounds, and more).
 ALLREDUCE_COLUMNS = [*results.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
                      "predicted_switch_s", "predicted_host_s", "retransmissions", "warmup"]
-TRAINING_COLUMNS = [*results.TRAINING_COLUMNS, "model", "time_to_target_s"]
+# speculated / spec_missed: the hosts' fragments sent at a speculative scale, and those sent
+# again (docs/protocol.md, "Speculative scale"): how often real gradients beat the prediction.
+TRAINING_COLUMNS = [*results.TRAINING_COLUMNS, "model", "time_to_target_s", "speculated",
+                    "spec_missed"]
 KIB, MIB = 1 << 10, 1 << 20
 LONG_CALL_S = 2.0  # calls predicted this long or longer are made once (call_plan)
 
@@ -344,6 +348,9 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
     window = pnet.ctl.job(job_id).pools[0].size
     pred = analytic.predict(strategy, fabric, size, rates[sc.target], window=window)
     warmup, iters = call_plan(pred.seconds, sc.iters, sc.long_call_s)
+    if warmup:  # the timed calls repeat the warm-up's size: the switch strategies speculate
+        pred = analytic.predict(strategy, fabric, size, rates[sc.target], window=window,
+                                speculating=True)
     agg_before = _agg_packets(pnet, agg_job) if switched else 0
     before = counters.snapshot()
     res = pnet.allreduce(str(size // 4), job_id, iters, timeout=60.0, strategy=strategy,
@@ -394,7 +401,9 @@ def train(pnet: PassingNetwork, job_id: int, hosts: list[str], strategy: str,
             "steps": slowest["steps"], "seconds": slowest["seconds"],
             "iters_per_s": slowest["iters_per_s"], "accuracy": slowest["accuracy"],
             "final_loss": slowest["final_loss"], "model": sc.train_model,
-            "time_to_target_s": tta, "curve": curve}
+            "time_to_target_s": tta, "curve": curve,
+            "speculated": sum(r.get("speculated", 0) for r in res.values()),
+            "spec_missed": sum(r.get("spec_missed", 0) for r in res.values())}
 
 
 def _list(parse):
@@ -514,6 +523,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{too_many[0]}")
     if os.geteuid() != 0:
         print("bench.sweep: Mininet needs root (sudo make bench)", file=sys.stderr)
+        return 2
+    busy = busy_message()  # before minutes of calibration, not after
+    if busy:
+        print(f"bench.sweep: {busy}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,10 @@ for any H <= 8), 2**-20 for H = 32. (Blocks below float32's smallest normal, 2**
 scaled as if E = -125, so for them only the absolute bound H * 2**(-126 - S) holds.)
 Integers below 2**S / H come back exact, since the scale is then a power of two >= 1 (in fact
 any integer of magnitude below 2**S on every host does).
+
+A call that speculates (SPEC_HEADROOM, below) may keep a scale up to SPEC_SLACK bits above E:
+its bound is that of E + SPEC_SLACK, 4x the above (2**-22 of M for H <= 8), and integers below
+2**(S - 1) / H stay exact.
 """
 
 from __future__ import annotations
@@ -59,6 +63,31 @@ def block_exponents(blocks: np.ndarray) -> np.ndarray:
         raise ValueError(f"magnitude {peak.max():g} beyond the float32 range the format covers")
     field = np.clip(e.astype(np.int64) + EXP_BIAS, 1, POISON - 1)
     return np.where(peak > 0, field, 0).astype(np.uint8)
+
+
+# Speculative scale (docs/protocol.md, "Speculative scale"): a call of a size the session summed
+# before quantizes each fragment at the exponent the last such call agreed plus SPEC_HEADROOM,
+# in one round, each host proposing its own exponent beside the values. The sum holds when the
+# switch's maximum of those proposals is at most the predicted exponent (nothing wrapped) and at
+# most SPEC_SLACK below it (at most that many bits of precision given up); otherwise the
+# fragment is sent again at the maximum, as without speculation.
+SPEC_HEADROOM = 1
+SPEC_SLACK = 2
+
+
+def predict(last: np.ndarray) -> np.ndarray:
+    """The speculative exp field per fragment from the exponents the last call proposed (all
+    below POISON; 0: an all-zero block): SPEC_HEADROOM above, never POISON."""
+    return np.minimum(last.astype(np.int64) + SPEC_HEADROOM, POISON - 1).astype(np.uint8)
+
+
+def speculation_holds(predicted: np.ndarray, proposed: np.ndarray) -> np.ndarray:
+    """Per fragment: whether a sum quantized at `predicted` stands, given the maximum
+    `proposed` exponent the switch returned with it. POISON stands: there is no sum to redo.
+    So does 0: every host summed an all-zero block, so the sum is exactly zero at any scale."""
+    pred = predicted.astype(np.int64)
+    most = proposed.astype(np.int64)
+    return (most == POISON) | (most == 0) | ((most <= pred) & (most + SPEC_SLACK >= pred))
 
 
 def _shift(exp_field: np.ndarray, s: int) -> np.ndarray:

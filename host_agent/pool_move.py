@@ -11,7 +11,7 @@ longer agree on which call waits for everyone. So every call carries a vote in o
 of its own, after the tensor's: each host votes for the newest parameters it holds (its
 current ones until it learns of newer):
 
-    lane 0: 1 from every host (so the fragment is never all zeros: see SlotStreamer.calls_ready)
+    lane 0: 1 from every host (its sum says how many hosts voted)
     then for each digit d of what it votes for, two lanes: d and d^2. The digits: the 8
       base-16 digits of the pool number, the 4 of the window, the 8 of the policy number
 
@@ -49,6 +49,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from host_agent import fixed_point as fx
 from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from passing import protocol as P
 from passing.contract import JobParams
@@ -79,9 +80,11 @@ def pool_session(session: int, pool: int, window: int) -> int:
     """The session of hosts that agreed on `session` and stream in pool number `pool` with
     `window` slots: the same on every host that holds the same parameters, non-zero, and
     unrelated to any other pool's or window's. The rule of which slots a call uses is part
-    of it: agents of another rule count other rounds on the same slots, and the switch would
-    sum their fragments with ours; in different sessions it never does."""
-    rule = f"slots {P.MIN_SLOTS}/{P.FRAGS_PER_SLOT}".encode()
+    of it, and so is the speculative scale's (a fragment's packets differ): agents of another
+    rule count other rounds on the same slots, or read an exponent packet as values, and the
+    switch would sum their fragments with ours; in different sessions it never does."""
+    rule = (f"slots {P.MIN_SLOTS}/{P.FRAGS_PER_SLOT} speculate "
+            f"{fx.SPEC_HEADROOM}/{fx.SPEC_SLACK}, zero holds, fewer misses than slots").encode()
     h = hashlib.sha256(session.to_bytes(8, "big") + pool.to_bytes(4, "big")
                        + window.to_bytes(4, "big") + b"passing/pool" + rule)
     return int.from_bytes(h.digest()[:8], "big") or 1

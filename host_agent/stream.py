@@ -4,7 +4,10 @@ The job's pool has W slots; a call of n fragments uses u = passing.protocol.slot
 them. Slot s carries, one after another: an exponent-only packet for fragment s (values zero,
 `exp` = this host's exponent of fragment s), then fragment s quantized with the agreed exponent
 and carrying the exponent of fragment s+u, then fragment s+u, and so on (see
-host_agent/fixed_point.py). Each packet waits for its result before the slot's next packet goes
+host_agent/fixed_point.py). A call of a size the session summed before speculates instead
+(docs/protocol.md, "Speculative scale"): slot s carries fragments s, s+u, ... each once,
+quantized at the scale the last such call agreed plus a bit, and each again at the hosts'
+maximum where that did not fit. Each packet waits for its result before the slot's next packet goes
 out; u slots are in flight at once. Every use of a slot is the slot's next round (0, 1,
 2, ...; the SwitchML shadow-copy version is its low bit), also across calls, so the agent keeps
 the rounds for the life of the session; every host counts the same rounds.
@@ -30,6 +33,7 @@ import contextlib
 import dataclasses
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -116,6 +120,9 @@ class StreamStats:
     short_calls: int = 0  # calls whose sums left some GPU out (a round closed without it)
     taken_early: int = 0  # results taken from those that came before this host sent
     abstained: int = 0  # packets sent without values: the agreed scale left them out
+    speculated: int = 0  # fragments sent at a speculative scale (no exponent packet)
+    spec_missed: int = 0  # ... whose speculation did not hold: sent again
+    spec_declined: int = 0  # calls after which the next of that size agrees first instead
 
 
 class _Call:
@@ -123,16 +130,26 @@ class _Call:
     slot is waiting on (arrays indexed by slot, so a batch of results is matched in numpy)."""
 
     def __init__(self, blocks: np.ndarray, local_exp: np.ndarray, window: int, streams: int,
-                 tag: int):
+                 tag: int, predicted: np.ndarray | None = None):
         self.blocks, self.local_exp, self.tag = blocks, local_exp, tag
         self.nfrag = blocks.shape[0]
         # Slot s carries fragments s, s + used, s + 2 * used, ...
         self.used = used = P.slots_used(window, self.nfrag)
         self.s_bits = fx.scale_bits(streams)
+        # The exp field each fragment's values were (or are to be) quantized with.
         self.agreed = np.zeros(self.nfrag, dtype=np.uint8)
+        # Speculative scale (fx.predict) per fragment, or None: exponent packets first.
+        self.predicted = predicted
+        # The maximum of the hosts' own exponents of each fragment: the next call's prediction.
+        self.proposed = np.zeros(self.nfrag, dtype=np.uint8)
+        # Per slot: its packet resends a fragment whose speculation did not hold, at the
+        # proposed maximum.
+        self.redo = np.zeros(used, dtype=bool)
+        self.missed = 0  # fragments sent again
         self.out = np.zeros((self.nfrag, P.K), dtype=np.float64)
         self.counts = np.zeros(self.nfrag, dtype=np.int64)  # GPUs each fragment's sum holds
-        # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*used
+        # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*used;
+        # speculating, i = fragment s + i*used
         self.step = np.zeros(used, dtype=np.int64)
         # The packet each slot waits on. Sequence numbers order every transmission of this
         # streamer (first_seq: the packet's first, last_seq: its latest); see
@@ -150,7 +167,7 @@ class _Call:
         self.waited = np.zeros(used, dtype=bool)
         self.close_next = np.zeros(used, dtype=bool)
         self.quorum = False  # this call may close rounds without everyone (patience applies)
-        self.abstaining = np.zeros(used, dtype=bool)  # the slot's packet carries no values
+        self.abstaining = np.zeros(used, dtype=bool)  # its packet abstains: it may not CLOSE
         self.eager = False  # ... and asks for CLOSE in every packet, at once (see _send)
         self.resent = np.zeros(used, dtype=bool)
         # ... resent other than in a probe's turn through the older packets: its round waited
@@ -165,7 +182,24 @@ class _Call:
     def fragments(self, slots: np.ndarray) -> np.ndarray:
         """The fragment each of `slots` is at (for an exponent packet, the one it announces)."""
         st = self.step[slots]
+        if self.predicted is not None:
+            return slots + st * self.used
         return np.where(st == 0, slots, slots + (st - 1) * self.used)
+
+    def speculating(self, slots: np.ndarray) -> np.ndarray:
+        """Whether each of `slots`' next packet is at a speculative scale (not a resend of a
+        fragment that missed)."""
+        if self.predicted is None:
+            return np.zeros(slots.size, dtype=bool)
+        return ~self.redo[slots]
+
+    def tags(self, slots: np.ndarray, frag: np.ndarray) -> np.ndarray:
+        """The tag of each of `slots`' next packet: the call's, with TAG_LAST on the slot's
+        last packet of the call (what tells a late host the others' call ended there)."""
+        last = frag + self.used >= self.nfrag
+        if self.predicted is None:
+            last &= self.step[slots] > 0  # an exponent packet is followed by the values
+        return np.where(last, self.tag | TAG_LAST, self.tag)
 
     def values_and_exponents(self, slots: np.ndarray, frag: np.ndarray
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -176,16 +210,24 @@ class _Call:
         agreed scale (a round closed by a quorum left its proposal out), so it sends zeros
         that count for no GPU rather than values that would overflow the sum."""
         st = self.step[slots]
-        data = (st > 0) & (self.agreed[frag] != fx.POISON)
-        abstain = data & (self.local_exp[frag] > self.agreed[frag])
+        own = self.local_exp[frag]
+        if self.predicted is not None:
+            # Speculating, each packet proposes its own fragment's exponent.
+            scale = np.where(self.redo[slots], self.agreed[frag], self.predicted[frag])
+            data = scale != fx.POISON
+        else:
+            scale = self.agreed[frag]
+            data = (st > 0) & (scale != fx.POISON)
+        abstain = data & (own > scale)
         data &= ~abstain
         if data.all():  # (the usual batch: no mask to copy through)
-            values = fx.quantize(self.blocks[frag], self.agreed[frag], self.s_bits)
+            values = fx.quantize(self.blocks[frag], scale, self.s_bits)
         else:
             values = np.zeros((slots.size, P.K), dtype=np.int32)
             if data.any():
-                values[data] = fx.quantize(self.blocks[frag[data]], self.agreed[frag[data]],
-                                           self.s_bits)
+                values[data] = fx.quantize(self.blocks[frag[data]], scale[data], self.s_bits)
+        if self.predicted is not None:
+            return values, own, abstain
         nxt = frag + self.used
         ahead = self.local_exp[np.minimum(nxt, self.nfrag - 1)]
         exp = np.where(st == 0, self.local_exp[slots], np.where(nxt < self.nfrag, ahead, 0))
@@ -196,6 +238,8 @@ class _Call:
         result is the fragment's agreed exponent, a value packet's the fragment's sum and the
         agreed exponent of the slot's next fragment. Returns the slots that have another
         fragment to send."""
+        if self.predicted is not None:
+            return self._absorb_speculated(slots, frags, recs)
         agreed, nfrag, used = self.agreed, self.nfrag, self.used
         first = self.step[slots] == 0
         agreed[frags[first]] = recs["exp"][first]
@@ -211,6 +255,69 @@ class _Call:
         agreed[frags[ahead] + used] = recs["exp"][ahead]
         self.step[slots] += 1
         return slots[slots + (self.step[slots] - 1) * used < nfrag]
+
+    def _absorb_speculated(self, slots: np.ndarray, frags: np.ndarray, recs: np.ndarray
+                           ) -> np.ndarray:
+        """absorb, speculating: a result whose proposed maximum the prediction covers (and
+        not by more than SPEC_SLACK) is the fragment's sum; otherwise the slot sends the
+        fragment again, quantized at that maximum, and that result is the sum."""
+        agreed, most = self.agreed, recs["exp"]
+        redo = self.redo[slots]
+        holds = ~redo & fx.speculation_holds(self.predicted[frags], most)
+        self.proposed[frags[~redo]] = most[~redo]
+        agreed[frags[holds]] = np.where(most[holds] == fx.POISON, fx.POISON,
+                                        self.predicted[frags[holds]])
+        missed = ~redo & ~holds
+        agreed[frags[missed]] = most[missed]
+        done = ~missed
+        self.counts[frags[done]] = recs["num_contrib"][done]
+        data = done & (agreed[frags] != fx.POISON)
+        if data.any():
+            self.out[frags[data]] = fx.dequantize(recs["values"][data], agreed[frags[data]],
+                                                  self.s_bits)
+        self.redo[slots] = missed
+        self.missed += int(missed.sum())
+        self.step[slots[done]] += 1
+        return slots[missed | (slots + self.step[slots] * self.used < self.nfrag)]
+
+    def exponents(self) -> np.ndarray:
+        """What the call's fragments proposed at most: the prediction of the next call of
+        this size."""
+        return self.proposed if self.predicted is not None else self.agreed
+
+
+# A packet's tag: the call's number modulo TAG_CALLS, and TAG_LAST on its slot's last packet of
+# the call.
+TAG_CALLS = 128
+TAG_LAST = 0x80
+_TAG_CALL = TAG_LAST - 1
+# The sessions' exponents kept for speculation: those of the last call of each of this many
+# fragment counts (an all-reduce of every bucket of a model, each its own size).
+_SCALES_KEPT = 64
+
+
+
+def _prediction(kept: tuple[np.ndarray, bool] | None) -> np.ndarray | None:
+    """The speculative scale of a call of a size kept in `SlotStreamer.scales`, or None:
+    the call agrees on exponents first."""
+    return fx.predict(kept[0]) if kept is not None and kept[1] else None
+
+
+def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, used: int
+                 ) -> tuple[np.ndarray, bool] | None:
+    """What a call of n fragments that proposed `exps` on `used` slots leaves for the next
+    call of n (`kept`: what the one before it left): None after NaN/Inf (nothing to predict
+    from), else its exponents and whether the next speculates. It does unless speculating on
+    this call (from `kept`) would have missed `used` fragments or more: each costs a packet,
+    and agreeing first costs one per slot. A gradient whose blocks' magnitudes jump from
+    step to step is then summed as without speculation; every host decides alike (the
+    exponents are the results')."""
+    if np.any(exps == fx.POISON):
+        return None
+    if kept is None:
+        return exps.copy(), True
+    missed = np.count_nonzero(~fx.speculation_holds(fx.predict(kept[0]), exps))
+    return exps.copy(), bool(missed < used)
 
 
 # Results kept for rounds not sent yet: a whole large call's worth (4M values at K=64).
@@ -238,6 +345,10 @@ class SlotStreamer:
         self.transport = transport
         self.rounds = np.zeros(cfg.window, dtype=np.uint32)
         self.calls = 0
+        # By fragment count, the exponents the session's last call of that many fragments
+        # proposed and whether the next such call speculates (_next_scales; every host keeps
+        # the same: they come from the results), least recently used first.
+        self.scales: OrderedDict[int, tuple[np.ndarray, bool]] = OrderedDict()
         self.last_n: int | None = None  # values in this host's previous call
         self.stats = StreamStats()
         # Round-trip estimate (TCP's, RFC 6298): the probe timer follows the switch's queueing
@@ -308,9 +419,9 @@ class SlotStreamer:
         try:
             fx.check_finite(flat)
             blocks.ravel()[:n] = flat
-            # An all-zero block proposes 1, not 0: the same scale (both mean the smallest
-            # exponent), and 0 is left to say "no fragment follows" (see calls_ready).
-            local_exp = np.maximum(fx.block_exponents(blocks), 1)
+            # An all-zero block proposes 0: a speculative sum whose maximum is 0 is exactly
+            # zero, whatever its scale (fx.speculation_holds).
+            local_exp = fx.block_exponents(blocks)
         except (fx.NonFiniteError, ValueError) as e:
             # The message, not the exception: its traceback holds this frame, and the cycle
             # would keep the caller's process groups (and their gloo threads) alive until a
@@ -366,17 +477,16 @@ class SlotStreamer:
         Results do not say how large the others' call was, so a call of another size must
         not pass for one of `n`: 0 if this host's previous call had another size (a loop
         whose calls differ in size skips nothing), and a call counts only if each slot's
-        last result says no fragment follows in that slot (its `exp` is 0: every host
-        proposes 0 after its last fragment, and at least 1 for any fragment, all zeros
-        included) and no slot beyond the call's holds a result of the same call."""
+        last result is tagged as its slot's last packet of the call (TAG_LAST) and no slot
+        beyond the call's holds a result of the same call. The walk follows what this host
+        would send: exponent packets first or a speculative scale, and a fragment sent
+        again where a speculation did not hold, decided from the kept results as each
+        host decides from the results it reads."""
         if n <= 0 or self.cfg.patience is None or self.last_n not in (None, n):
             return 0
         nfrag = -(-n // P.K)
-        used = P.slots_used(self.cfg.window, nfrag)
-        # Slot s carries an exponent packet, then fragments s, s + used, ...
-        frags = [[s] + list(range(s, nfrag, used)) for s in range(used)]
         with self._holding_io():
-            return self._ready(frags, used, most)
+            return self._ready(nfrag, most)
 
     @contextlib.contextmanager
     def _holding_io(self) -> Iterator[None]:
@@ -389,30 +499,70 @@ class SlotStreamer:
         finally:
             self._idle.set()
 
-    def _ready(self, frags: list[list[int]], used: int, most: int) -> int:
+    def _ready(self, nfrag: int, most: int) -> int:
+        used = P.slots_used(self.cfg.window, nfrag)
         rounds = [int(r) for r in self.rounds]
+        kept = self.scales.get(nfrag)
         ready = 0
         while ready < most:
-            tag = (self.calls + ready) % 256
+            tag = (self.calls + ready) % TAG_CALLS
             for s in range(used, self.cfg.window):  # a larger call would use them too
                 rec = self.early.get((s, rounds[s]))
-                if rec is not None and int(rec["tag"]) == tag:
+                if rec is not None and int(rec["tag"]) & _TAG_CALL == tag:
                     return ready
-            for s, seq in enumerate(frags):
-                for j, frag in enumerate(seq):
-                    rec = self.early.get((s, (rounds[s] + j) & 0xFFFFFFFF))
-                    if rec is None or int(rec["tag"]) != tag or int(rec["frag"]) != frag:
-                        return ready
-                    if j == len(seq) - 1 and int(rec["exp"]) != 0:
-                        return ready  # the slot goes on: the others' call is larger
-                rounds[s] += len(seq)
+            predicted = _prediction(kept)
+            exps = np.zeros(nfrag, dtype=np.uint8)
+            for s in range(used):
+                walked = self._walk_slot(s, rounds[s], nfrag, used, tag, predicted, exps)
+                if walked is None:
+                    return ready
+                rounds[s] = walked
+            kept = _next_scales(kept, exps, used)
             ready += 1
         return ready
+
+    def _walk_slot(self, s: int, round_: int, nfrag: int, used: int, tag: int,
+                   predicted: np.ndarray | None, exps: np.ndarray) -> int | None:
+        """The kept results of slot `s` from round `round_` on, as one call of `nfrag`
+        fragments would use them (filling `exps` with what it proposed): the round after
+        its last, or None if they do not make up such a call."""
+        def take(frag: int) -> np.void | None:
+            nonlocal round_
+            rec = self.early.get((s, round_ & 0xFFFFFFFF))
+            round_ += 1
+            if rec is None or int(rec["tag"]) & _TAG_CALL != tag or int(rec["frag"]) != frag:
+                return None
+            return rec
+
+        rec = None
+        if predicted is None:
+            rec = take(s)  # the exponent packet
+            if rec is None:
+                return None
+            exps[s] = rec["exp"]
+        for frag in range(s, nfrag, used):
+            rec = take(frag)
+            if rec is None:
+                return None
+            most = rec["exp"]
+            if predicted is None:
+                if frag + used < nfrag:
+                    exps[frag + used] = most
+                continue
+            exps[frag] = most
+            if not fx.speculation_holds(predicted[frag:frag + 1], np.array([most]))[0]:
+                rec = take(frag)  # sent again at the maximum
+                if rec is None:
+                    return None
+        if not int(rec["tag"]) & TAG_LAST:
+            return None  # the slot goes on: the others' call is larger
+        return round_
 
     # -- the window ---------------------------------------------------------------------------
     def _run(self, blocks: np.ndarray, local_exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every fragment of `blocks` through the switch: (sums, agreed exponents)."""
-        call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams, self.calls % 256)
+        call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams,
+                     self.calls % TAG_CALLS, _prediction(self.scales.get(blocks.shape[0])))
         self.calls += 1
         forced = self.short_streak >= self.cfg.staleness
         # Someone was left out too often: this call waits for everyone.
@@ -460,12 +610,25 @@ class SlotStreamer:
                 self._probe(call, now)
                 probes = min(probes + 1, 30)
                 probe_ref = now
+        self._keep_scales(call)
         self._counts = call.counts
         short = bool(np.any(call.counts < self.cfg.complete))
         self.short_streak = self.short_streak + 1 if short else 0
         self.eager = short
         self.stats.short_calls += short
         return call.out, call.agreed
+
+    def _keep_scales(self, call: _Call) -> None:
+        """Keep what the call proposed, for the next call of its size (_next_scales)."""
+        if call.predicted is not None:
+            self.stats.speculated += call.nfrag
+            self.stats.spec_missed += call.missed
+        kept = _next_scales(self.scales.pop(call.nfrag, None), call.exponents(), call.used)
+        if kept is not None:
+            self.stats.spec_declined += not kept[1]
+            self.scales[call.nfrag] = kept
+            while len(self.scales) > _SCALES_KEPT:
+                self.scales.popitem(last=False)
 
     def patience_now(self) -> float | None:
         """How long a packet waits for the other hosts before it asks for CLOSE (None:
@@ -528,7 +691,7 @@ class SlotStreamer:
             hits = []
             for s in slots.tolist():
                 rec = self.early.pop((s, int(self.rounds[s])), None)
-                if rec is not None and rec["tag"] == call.tag \
+                if rec is not None and int(rec["tag"]) & _TAG_CALL == call.tag \
                         and int(rec["frag"]) == int(call.fragments(np.array([s]))[0]):
                     hits.append((s, rec))
             if not hits:
@@ -558,16 +721,19 @@ class SlotStreamer:
         # contributions"), until a call completes with everyone: at the latest the one the
         # staleness bound makes wait.
         # Never from a packet that abstains: the switch counts it towards the quorum, and a
-        # round it closed would hold one host fewer than the quorum promises.
-        close = (call.close_next[slots] | call.eager) & call.quorum & ~abstain
-        call.abstaining[slots] = abstain
+        # round it closed would hold one host fewer than the quorum promises. Except at a
+        # speculative scale: counted, its proposal (above the prediction) makes the round
+        # miss, so no sum of it stands, and the fragment goes again at a scale it fits.
+        holds_back = abstain & ~call.speculating(slots)
+        close = (call.close_next[slots] | call.eager) & call.quorum & ~holds_back
+        call.abstaining[slots] = holds_back
         batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
                                   contributor=cfg.contributor,
                                   flags=np.where(close, int(P.Flag.CONTRIB | P.Flag.CLOSE),
                                                  int(P.Flag.CONTRIB)) | self._pool_flag,
                                   round=rounds, frag=frag,
                                   num_contrib=np.where(abstain, 0, cfg.local_gpus),
-                                  exp=exp, tag=call.tag, session=cfg.session)
+                                  exp=exp, tag=call.tags(slots, frag), session=cfg.session)
         seq = self._next_seq(slots.size)
         call.pending[slots] = True
         call.p_frag[slots] = frag
@@ -759,7 +925,7 @@ class SlotStreamer:
             return none
         recs, slot = _records(rows)
         ok = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == self._result_flags)
-              & (recs["tag"] == call.tag) & (recs["session"] == self.cfg.session)
+              & ((recs["tag"] & _TAG_CALL) == call.tag) & (recs["session"] == self.cfg.session)
               & (slot < call.used))
         cand = np.flatnonzero(ok)
         s = slot[cand]

@@ -79,7 +79,9 @@ def expected_sum(params: JobParams, seed: int, n: int,
     The bound adds what each stage may lose: float32 sums of partial results (the local reduce
     of `passing`, every step of the baselines), the fixed point of the switch strategies
     (host_agent.fixed_point.error_bound, with one bit of margin because the float32 local sum
-    may round across a power of two and so raise a block's exponent), and the final rounding
+    may round across a power of two and so raise a block's exponent, and SPEC_SLACK more
+    because a call that repeats a size may keep a speculative scale up to that many bits above
+    the hosts' maximum: docs/protocol.md, "Speculative scale"), and the final rounding
     of the float64 result to float32. Losing more than that is a wrong sum."""
     from host_agent import fixed_point as fx
 
@@ -89,9 +91,11 @@ def expected_sum(params: JobParams, seed: int, n: int,
     streams = {"passing": s.host_peaks, "ina": s.rank_peaks}.get(strategy)
     if streams is not None:
         peaks = streams.max(axis=0)
-        # One bit of margin doubles the bound (bumping the exp field instead would wrap the
+        # Each bit of margin doubles the bound (bumping the exp field instead would wrap the
         # largest exponent into POISON, an infinite bound).
-        per_block = 2 * fx.error_bound(fx.block_exponents(peaks.reshape(-1, 1)), len(streams))
+        margin = 2.0 ** (1 + fx.SPEC_SLACK)
+        per_block = margin * fx.error_bound(fx.block_exponents(peaks.reshape(-1, 1)),
+                                            len(streams))
         tol += np.repeat(per_block, P.K)[:n]
     return s.total, tol, s.count
 

@@ -180,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{'correct in every call' if res['correct'] else 'WRONG'} (max error "
               f"{res['max_error']:.2e}, {res['error_vs_bound']:.2f} of the bound; "
               f"{res['wrong_values']} values beyond it), "
-              f"{res['retransmissions']} retransmissions")
+              f"{res['retransmissions']} retransmissions"
+              + (f", {res['spec_missed']} of {res['speculated']} speculated fragments sent "
+                 "again" if res.get("speculated") else ""))
     return 0 if res.get("ok") and (args.train or res.get("correct")) else 1
 
 

@@ -204,7 +204,10 @@ def _stream_counts(stats) -> dict:
             "retransmissions": stats.retransmissions if stats else 0,
             "fast_retransmissions": stats.fast_retransmissions if stats else 0,
             "probes": stats.probes if stats else 0,
-            "rotated": stats.rotated if stats else 0}
+            "rotated": stats.rotated if stats else 0,
+            # fragments sent at a speculative scale, and those of them sent again
+            "speculated": stats.speculated if stats else 0,
+            "spec_missed": stats.spec_missed if stats else 0}
 
 
 def _train(allreduce, ranks, args: dict, stats) -> dict:

@@ -24,8 +24,10 @@ def test_each_sink_streams_the_tensor_back_exactly(argv, batched, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["batched"] is batched
     nfrag = -(-20 * 1024 // P.K)
-    # Every fragment and each slot's exponent packet, plus resends if loopback lost any.
-    assert res["values"] == 20 * 1024 and res["packets"] >= nfrag + min(32, nfrag)
+    # Every fragment, plus resends if loopback lost any: the timed call repeats the warm-up's
+    # size, so it speculates on its scale (no exponent packets) and, the echo returning each
+    # fragment's own exponent, never misses.
+    assert res["values"] == 20 * 1024 and res["packets"] >= nfrag
 
 
 def test_the_memory_sink_hands_over_at_most_per_pass_results_in_order():

@@ -21,6 +21,7 @@ from passing import protocol as P
 from passing.packet import PAYLOAD_DTYPE as P_DTYPE
 from testbed.loopback import LoopbackSwitch, UdpLoopbackSwitch, random_tensors
 from tests.host_agent.test_backend import free_port
+from tests.host_agent.threads import each_host
 
 HOSTS = 3
 
@@ -36,23 +37,14 @@ def run_calls(hosts: list[SlotStreamer], tensors, calls: int, late: dict[int, fl
     each call (a straggler). Returns results[host][call] and counts[host][call]."""
     results = [[None] * calls for _ in hosts]
     counts = [[None] * calls for _ in hosts]
-    errors = []
 
     def work(i):
-        try:
-            for c in range(calls):
-                time.sleep(late.get(i, 0.0))
-                results[i][c] = hosts[i].allreduce(tensors[i] * (c + 1))
-                counts[i][c] = hosts[i].last_counts.copy()
-        except Exception as e:  # reported below
-            errors.append(e)
+        for c in range(calls):
+            time.sleep(late.get(i, 0.0))
+            results[i][c] = hosts[i].allreduce(tensors[i] * (c + 1))
+            counts[i][c] = hosts[i].last_counts.copy()
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(hosts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+    each_host(work, len(hosts))
     return results, counts
 
 
