@@ -15,12 +15,13 @@ M over all hosts (2**(E - 1) <= M < 2**E) that is at most H * 2**(ceil(log2 H) -
 2**-30 for H = 1, 2**-28 for H = 2, 3 * 2**-28 for H = 3, 2**-24 for H = 8 (so at most 2**-24
 for any H <= 8), 2**-20 for H = 32. (Blocks below float32's smallest normal, 2**-126, are
 scaled as if E = -125, so for them only the absolute bound H * 2**(-126 - S) holds.)
-Integers below 2**S / H come back exact, since the scale is then a power of two >= 1 (in fact
-any integer of magnitude below 2**S on every host does).
+In a call that agrees first, integers below 2**S / H come back exact, since the scale is then
+a power of two >= 1 (in fact any integer of magnitude below 2**S on every host does).
 
 A call that speculates (SPEC_HEADROOM, below) may keep a scale up to SPEC_SLACK bits above E:
-its bound is that of E + SPEC_SLACK, 4x the above (2**-22 of M for H <= 8), and integers below
-2**(S - 1) / H stay exact.
+its bound is that of E + SPEC_SLACK, 4x the above (2**-22 of M for H <= 8), and only integers
+of magnitude below 2**(S - SPEC_SLACK) on every host are sure to come back exact (for H >= 2
+that includes every one below 2**(S - 1) / H).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def block_exponents(blocks: np.ndarray) -> np.ndarray:
 
 
 # Speculative scale (docs/protocol.md, "Speculative scale"): a call of a size the session summed
-# before quantizes each fragment at the exponent the last such call agreed plus SPEC_HEADROOM,
+# before quantizes each fragment at the largest exponent the hosts proposed for it in the last
+# such call plus SPEC_HEADROOM,
 # in one round, each host proposing its own exponent beside the values. The sum holds when the
 # switch's maximum of those proposals is at most the predicted exponent (nothing wrapped) and at
 # most SPEC_SLACK below it (at most that many bits of precision given up); otherwise the

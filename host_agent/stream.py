@@ -6,11 +6,12 @@ them. Slot s carries, one after another: an exponent-only packet for fragment s 
 and carrying the exponent of fragment s+u, then fragment s+u, and so on (see
 host_agent/fixed_point.py). A call of a size the session summed before speculates instead
 (docs/protocol.md, "Speculative scale"): slot s carries fragments s, s+u, ... each once,
-quantized at the scale the last such call agreed plus a bit, and each again at the hosts'
-maximum where that did not fit. Each packet waits for its result before the slot's next packet goes
-out; u slots are in flight at once. Every use of a slot is the slot's next round (0, 1,
-2, ...; the SwitchML shadow-copy version is its low bit), also across calls, so the agent keeps
-the rounds for the life of the session; every host counts the same rounds.
+quantized one bit above the largest exponent the hosts proposed for it in the last such call,
+and each again at the hosts' maximum where that did not fit. Each packet waits for its result
+before the slot's next packet goes out; u slots are in flight at once. Every use of a slot
+is the slot's next round (0, 1, 2, ...; the SwitchML shadow-copy version is its low bit), also
+across calls, so the agent keeps the rounds for the life of the session; every host counts
+the same rounds.
 
 Loss (docs/protocol.md, "Loss recovery"): a packet still unanswered when a packet sent after it
 has been answered was lost, and is resent at once; a timer period without any result sends a
@@ -215,10 +216,14 @@ class _Call:
             # Speculating, each packet proposes its own fragment's exponent.
             scale = np.where(self.redo[slots], self.agreed[frag], self.predicted[frag])
             data = scale != fx.POISON
+            # A host with NaN/Inf (its blocks zeroed, its proposal POISON) sends zeros for its
+            # GPUs, as when agreeing first: the round's POISON fails the call everywhere, and
+            # its counts say nothing of a GPU left out.
+            abstain = data & (own > scale) & (own != fx.POISON)
         else:
             scale = self.agreed[frag]
             data = (st > 0) & (scale != fx.POISON)
-        abstain = data & (own > scale)
+            abstain = data & (own > scale)
         data &= ~abstain
         if data.all():  # (the usual batch: no mask to copy through)
             values = fx.quantize(self.blocks[frag], scale, self.s_bits)
@@ -466,7 +471,7 @@ class SlotStreamer:
         return np.repeat(self._counts[first:], P.K)[start - first * P.K:self._counts_n - first
                                                     * P.K]
 
-    def calls_ready(self, n: int, most: int = 256) -> int:
+    def calls_ready(self, n: int, most: int = TAG_CALLS - 1) -> int:
         """How many of this host's next all-reduces of `n` values the switch has already
         completed without it: the others closed those rounds (a quorum) and every result of
         each such call is kept in `early`. A host that is that far behind can take them
@@ -486,7 +491,9 @@ class SlotStreamer:
             return 0
         nfrag = -(-n // P.K)
         with self._holding_io():
-            return self._ready(nfrag, most)
+            # Tags repeat every TAG_CALLS calls: no further, or "a slot beyond the call holds
+            # a result of the same call" could match a later one.
+            return self._ready(nfrag, min(most, TAG_CALLS - 1))
 
     @contextlib.contextmanager
     def _holding_io(self) -> Iterator[None]:
@@ -550,7 +557,9 @@ class SlotStreamer:
                     exps[frag + used] = most
                 continue
             exps[frag] = most
-            if not fx.speculation_holds(predicted[frag:frag + 1], np.array([most]))[0]:
+            pred = int(predicted[frag])
+            m = int(most)  # fx.speculation_holds, one fragment (no array per fragment)
+            if not (m in (0, fx.POISON) or pred - fx.SPEC_SLACK <= m <= pred):
                 rec = take(frag)  # sent again at the maximum
                 if rec is None:
                     return None

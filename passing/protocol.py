@@ -103,7 +103,8 @@ HEADER_FIELDS: tuple[Field, ...] = (
     Field("num_contrib", 16, "Original contributors folded into this packet (a host sends its "
           "local GPU count; the switch sums it)."),
     Field("exp", 8, "Block exponent proposed by the sender; the switch returns the maximum."),
-    Field("tag", 8, "Chosen by the sender (agents: a per-call number); the switch passes it "
+    Field("tag", 8, "Chosen by the sender (agents: the call's number modulo 128, plus 0x80 on a "
+          "slot's last packet of the call); the switch passes it "
           "through, so results carry the tag of the packet that produced them."),
     Field("session", 64, "The agents' session: a random non-zero number all hosts of one run "
           "agreed on. A slot sums contributions of one session only; results carry it."),

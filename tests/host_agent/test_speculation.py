@@ -128,7 +128,8 @@ def test_a_prediction_that_does_not_hold_is_sent_again_at_the_hosts_maximum(fact
 
 def test_nan_while_speculating_fails_the_call_everywhere_and_the_next_agrees_first():
     """NaN on one host in a speculating call: its proposal is POISON, every host raises, no
-    fragment is sent again; the next call of that size agrees on exponents first (nothing
+    fragment is sent again, and its GPUs still count (as when agreeing first); the next
+    call of that size agrees on exponents first (nothing
     to predict from) and sums right."""
     sw = LoopbackSwitch(2, slots=8)
     hosts = hosts_of(sw, 2)
@@ -151,6 +152,10 @@ def test_nan_while_speculating_fails_the_call_everywhere_and_the_next_agrees_fir
         t.join(30)
     assert sorted(i for i, _ in raised) == [0, 1]
     assert all(h.stats.spec_missed == 0 for h in hosts)
+    # The NaN host sent zeros for its GPUs, not an abstention: no GPU counts as left out, so
+    # a quorum job's next call would not close rounds early (StreamStats.short_calls).
+    assert all(h.stats.abstained == 0 and h.stats.short_calls == 0 and not h.eager
+               for h in hosts)
     assert all(6 not in h.scales for h in hosts)
     results, packets = each_call(hosts, [base])
     assert [p[0] for p in packets] == [12]  # exponent packets again
