@@ -84,9 +84,10 @@ def predict(last: np.ndarray) -> np.ndarray:
 
 
 def speculation_holds(predicted: np.ndarray, proposed: np.ndarray) -> np.ndarray:
-    """Per fragment: whether a sum quantized at `predicted` stands, given the maximum
-    `proposed` exponent the switch returned with it. POISON stands: there is no sum to redo.
-    So does 0: every host summed an all-zero block, so the sum is exactly zero at any scale."""
+    """Per fragment (arrays, or one fragment's numpy scalars): whether a sum quantized at
+    `predicted` stands, given the maximum `proposed` exponent the switch returned with it.
+    POISON stands: there is no sum to redo. So does 0: every host summed an all-zero block,
+    so the sum is exactly zero at any scale."""
     pred = predicted.astype(np.int64)
     most = proposed.astype(np.int64)
     return (most == POISON) | (most == 0) | ((most <= pred) & (most + SPEC_SLACK >= pred))

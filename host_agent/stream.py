@@ -557,9 +557,7 @@ class SlotStreamer:
                     exps[frag + used] = most
                 continue
             exps[frag] = most
-            pred = int(predicted[frag])
-            m = int(most)  # fx.speculation_holds, one fragment (no array per fragment)
-            if not (m in (0, fx.POISON) or pred - fx.SPEC_SLACK <= m <= pred):
+            if not fx.speculation_holds(predicted[frag], most):
                 rec = take(frag)  # sent again at the maximum
                 if rec is None:
                     return None
