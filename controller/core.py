@@ -354,8 +354,10 @@ class Controller:
         """What job `rec` should have on pool.switch: its pool's entries under the job's pool
         bit, and the job_config entry of its retiring pool there, if any."""
         params = installer.PoolParams(pool.base, pool.size, pool.gen, pool.stat_idx,
-                                      pool.mcast_grp, rec.pool_bit)
-        old = next((installer.OldPool(r.base, r.size, r.gen, r.bit) for r in rec.retiring
+                                      pool.mcast_grp, P.pool_epoch(rec.pool_epoch))
+        # The retiring pool is always the one before (a resize waits for it to retire).
+        old = next((installer.OldPool(r.base, r.size, r.gen, P.pool_epoch(rec.pool_epoch - 1))
+                    for r in rec.retiring
                     if r.switch == pool.switch), None)
         jid = job_plan.spec.job_id
         guard_ports = [port for port in job_plan.spec.agent_ports(self.topo)

@@ -28,19 +28,27 @@ class PoolParams:
     gen: int
     stat_idx: int
     mcast_grp: int
-    bit: int = 0  # the pool's FLAG_POOL: job_config's second key
+    epoch: int = 0  # the pool's number mod 128; its low bit is FLAG_POOL, job_config's second key
+
+    @property
+    def bit(self) -> int:
+        return self.epoch & 1
 
 
 @dataclass(frozen=True)
 class OldPool:
     """A job's retiring pool on a switch (controller.store.RetiringPool): a second job_config
-    entry, under the other pool bit, that differs from the current one only in its slots and
-    generation."""
+    entry, under the other pool bit, that differs from the current one only in its slots,
+    generation and epoch."""
 
     base: int
     size: int
     gen: int
-    bit: int
+    epoch: int  # the retiring pool's number mod 128
+
+    @property
+    def bit(self) -> int:
+        return self.epoch & 1
 
 
 @dataclass
@@ -70,11 +78,11 @@ def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,
     pool a live resize is moving the job away from."""
     cfg = JobConfig(job_id, pool.base, pool.size, role.fan_in, pool.mcast_grp, pool.gen,
                     int(role.is_root), role.uplink.port if role.uplink else 0,
-                    pool.stat_idx, quorum, pool.bit)
+                    pool.stat_idx, quorum, pool.bit, pool.epoch)
     d = Desired(cfg, guards={port: pool.stat_idx for port in guard_ports})
     if retiring is not None:
         d.retiring = replace(cfg, pool_base=retiring.base, pool_size=retiring.size,
-                             gen=retiring.gen, pool=retiring.bit)
+                             gen=retiring.gen, pool=retiring.bit, epoch=retiring.epoch)
     for m in role.members:
         d.members[m.port] = (m.contributor, m.count)
         for i, cid in enumerate(m.ids):

@@ -29,8 +29,9 @@ policy.
 
 The session is derived from the one the hosts agreed on, the pool number and the window
 (`pool_session`), in the first pool as after every move: hosts that hold different parameters
-(a stale file two resizes old names a pool with the same FLAG_POOL) never share a session, so
-their fragments are never summed together; a result of the old pool (a late resend's answer)
+(a stale file two resizes old names a pool with the same FLAG_POOL; the switches drop its
+packets anyway, their version's epoch being the old pool's) never share a session, so their
+fragments are never summed together; a result of the old pool (a late resend's answer)
 is never taken for one of the new pool; and the first call in the new pool waits for everyone
 (StreamConfig.wait_first), so no new round completes while a host may still be finishing its
 last call in the old one. The
@@ -215,7 +216,7 @@ class PooledStreamer:
                  source: Callable[[], JobParams] | None = None, poll: float = 2.0,
                  policy: Policy | None = None):
         self.streamer = SlotStreamer(dataclasses.replace(
-            cfg, window=params.window, pool=params.pool & 1,
+            cfg, window=params.window, pool=params.pool,
             session=pool_session(cfg.session, params.pool, params.window)), transport)
         self.vote = PoolVote(params, source, poll)
         self.policy = policy
@@ -249,7 +250,7 @@ class PooledStreamer:
         if moving.pool != before.pool:
             old = self.streamer
             self.streamer = SlotStreamer(dataclasses.replace(
-                cfg, window=moving.window, pool=moving.pool & 1,
+                cfg, window=moving.window, pool=moving.pool,
                 session=pool_session(cfg.session, moving.pool, moving.window),
                 wait_first=True, **rules),
                 old.detach())

@@ -95,7 +95,8 @@ class StreamConfig:
     # GPUs a complete sum holds (the hosts' num_contrib added up); 0: streams * local_gpus,
     # right only if every host has as many GPUs as this one.
     total_gpus: int = 0
-    # Which of the job's two pools the packets name (FLAG_POOL; JobParams.pool's low bit).
+    # The job's pool number (JobParams.pool): its low bit is the FLAG_POOL the packets carry,
+    # and it mod 128 the epoch in their version (passing.protocol.pool_epoch).
     pool: int = 0
     # The first call waits for everyone, as after `staleness` short calls: after a live pool
     # move, no host may be left out of the new pool's first rounds, since one still finishing
@@ -390,9 +391,9 @@ class SlotStreamer:
         self._counts = np.zeros(0, dtype=np.int64)  # GPUs in each fragment of the last sum
         self._counts_n = 0  # ... of its values
         self._last_counts: np.ndarray | None = None
-        if cfg.pool not in (0, 1):
-            raise ValueError(f"pool {cfg.pool}: 0 or 1 (the low bit of JobParams.pool)")
-        self._pool_flag = int(P.Flag.POOL) if cfg.pool else 0
+        if not 0 <= cfg.pool <= 0x7FFFFFFF:
+            raise ValueError(f"pool {cfg.pool}: a pool number, 0..2^31-1 (JobParams.pool)")
+        self._pool_flag = int(P.Flag.POOL) if cfg.pool & 1 else 0
         self._result_flags = int(P.Flag.RESULT) | self._pool_flag
         if not 0 < cfg.session < 1 << 64:
             raise ValueError(f"session {cfg.session}: a non-zero 64-bit number "
@@ -734,7 +735,7 @@ class SlotStreamer:
         holds_back = abstain & ~call.speculating(slots)
         close = (call.close_next[slots] | call.eager) & call.quorum & ~holds_back
         call.abstaining[slots] = holds_back
-        batch = packet.pack_batch(values, job_id=cfg.job_id, slot=slots,
+        batch = packet.pack_batch(values, pool=cfg.pool, job_id=cfg.job_id, slot=slots,
                                   contributor=cfg.contributor,
                                   flags=np.where(close, int(P.Flag.CONTRIB | P.Flag.CLOSE),
                                                  int(P.Flag.CONTRIB)) | self._pool_flag,

@@ -40,13 +40,15 @@ def _check_range(name: str, value: np.ndarray | int, bits: int) -> None:
                             f"does not fit in {bits} bits")
 
 
-def pack_batch(values: np.ndarray, **fields: int | np.ndarray) -> np.ndarray:
+def pack_batch(values: np.ndarray, pool: int = 0, **fields: int | np.ndarray) -> np.ndarray:
     """Build n packets at once.
 
     `values` is an (n, K) integer array (taken modulo 2**32 as two's complement int32); each
     header field is a scalar (same for every packet) or an array of length n. Missing fields are
-    0, except that `version` is the low bit of `round` and a `round` left out is `version` (the
-    slot's first or second round), so one of them is enough.
+    0, except that `version` is pool `pool`'s epoch and the low bit of `round`, and a `round`
+    left out beside a `version` is its low bit (the slot's first or second round), so one of
+    them is enough. `pool` (the job's pool number, JobParams.pool) sets only the version's
+    epoch, not FLAG_POOL.
     Returns a structured array; `.tobytes()` or `payload_rows()` give the wire bytes.
     """
     vals = np.asarray(values)
@@ -56,11 +58,12 @@ def pack_batch(values: np.ndarray, **fields: int | np.ndarray) -> np.ndarray:
     if unknown:
         raise ProtocolError(f"unknown header field(s): {', '.join(sorted(unknown))}")
     out = np.zeros(vals.shape[0], dtype=PAYLOAD_DTYPE)
-    if "round" in fields and "version" not in fields:
-        _check_range("round", fields["round"], 32)
-        fields = {**fields, "version": np.asarray(fields["round"]) & 1}
-    elif "version" in fields and "round" not in fields:
-        fields = {**fields, "round": fields["version"]}
+    if "version" not in fields:
+        rnd = fields.get("round", 0)
+        _check_range("round", rnd, 32)
+        fields = {**fields, "version": (np.asarray(rnd) & 1) | (P.pool_epoch(pool) << 1)}
+    elif "round" not in fields:
+        fields = {**fields, "round": np.asarray(fields["version"]) & 1}
     for f in P.HEADER_FIELDS:
         if f.name in fields:
             _check_range(f.name, fields[f.name], f.bits)
@@ -134,8 +137,8 @@ def validate(rec: np.ndarray | np.void) -> None:
         raise ProtocolError("exactly one of CONTRIB and RESULT must be set")
     if np.any((kind == P.Flag.RESULT) & (flags & int(P.Flag.CLOSE) != 0)):
         raise ProtocolError("CLOSE goes with CONTRIB only")
-    if np.any(np.asarray(rec["version"]) != np.asarray(rec["round"]) & 1):
-        raise ProtocolError("pool version must be the low bit of round")
+    if np.any((np.asarray(rec["version"]) ^ np.asarray(rec["round"])) & 1):
+        raise ProtocolError("the version's low bit must be the low bit of round")
     if np.any(np.asarray(rec["contributor"]) >= P.MAX_FAN_IN):
         raise ProtocolError(f"contributor id must be below {P.MAX_FAN_IN}")
 

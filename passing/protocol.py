@@ -95,7 +95,8 @@ HEADER_FIELDS: tuple[Field, ...] = (
           "in results, the recipient's id."),
     Field("flags", 8, "Bit 0 CONTRIB, bit 1 RESULT, bit 2 RETRANS, bit 3 CLOSE (with CONTRIB "
           "only); other bits must be 0."),
-    Field("version", 8, "Pool version (SwitchML shadow copy): the low bit of `round`."),
+    Field("version", 8, "Bit 0: the low bit of `round` (the slot's SwitchML shadow copy); bits "
+          "1-7: the pool's epoch, its number modulo 128 (see Live pool resizing)."),
     Field("level", 8, "Aggregation level: 0 host to ToR, 1 ToR to spine."),
     Field("frag", 32, "Fragment number: the values are tensor elements frag*K .. frag*K+K-1."),
     Field("round", 32, "The slot's round: how many times the session used this slot before "
@@ -134,18 +135,36 @@ class Flag(enum.IntFlag):
 
 FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS | Flag.CLOSE | Flag.POOL)
 
+# A pool's epoch, in the version's upper 7 bits: its number (JobParams.pool) modulo 128. FLAG_POOL
+# alone repeats every second resize; a delayed packet of the pool two resizes back must not be
+# admitted to the pool that took its bit over (docs/protocol.md, "Live pool resizing").
+POOL_EPOCH_MASK = 0x7F
+
+
+def pool_epoch(pool: int) -> int:
+    """The epoch packets of pool number `pool` carry, and its job_config entries hold."""
+    return pool & POOL_EPOCH_MASK
+
+
+def version_of(pool: int, round_: int) -> int:
+    """The `version` byte of a packet of pool `pool` in slot round `round_`."""
+    return (pool_epoch(pool) << 1) | (round_ & 1)
+
 
 class JobDrop(enum.IntEnum):
-    """Per-job drop reasons; also events 0..5 of counter `job_stats` (see JobEvent)."""
+    """Per-job drop reasons; also events 0..7 and 19 of counter `job_stats` (see JobEvent)."""
 
     NOT_MEMBER = 0  # ingress port is not a member of the job (or wrong direction for the flags)
     BAD_CONTRIBUTOR = 1  # contributor id outside the ingress port's member range
     SLOT_RANGE = 2  # slot >= the job's pool size at this switch
-    BAD_VERSION = 3  # version not the low bit of round
+    BAD_VERSION = 3  # version's low bit not the low bit of round
     BAD_FLAGS = 4  # neither CONTRIB nor RESULT, both, or unknown bits
     STALE_RESULT = 5  # a RESULT from the spine for a round older than the one the slot holds
     FORGED_RESULT = 6  # a RESULT not from the job's uplink, or UDP to one of its agents' ports
     STALE_ROUND = 7  # a contribution of a round the slot has left behind: never added
+    # A packet of an older pool under the same FLAG_POOL (a resize two or more back): its
+    # version's epoch is not the pool's. Event cells 8..18 were taken when it came.
+    STALE_POOL = 19
 
 
 class JobEvent(enum.IntEnum):

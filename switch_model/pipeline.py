@@ -264,9 +264,11 @@ class Pipeline:
                 return P.JobDrop.BAD_CONTRIBUTOR
         elif j["is_root"] == ROLE_ROOT or port != j["uplink_port"]:
             return P.JobDrop.FORGED_RESULT
+        if h.version >> 1 != j["epoch"]:
+            return P.JobDrop.STALE_POOL
         if h.slot >= j["pool_size"]:
             return P.JobDrop.SLOT_RANGE
-        if h.version != h.round & 1:
+        if (h.version ^ h.round) & 1:
             return P.JobDrop.BAD_VERSION
         return DROP_NONE
 
@@ -288,10 +290,10 @@ class Pipeline:
         if v.event in _REFUSED:
             return v.event, []  # the slot is left exactly as it was, as in the P4 program
         overwrite = v.event == EVT_DOWNLINK or v.first
-        vals = self._merge_values(((idx << 1) + h.version) & 0xFFFFFFFF, frame, overwrite,
+        vals = self._merge_values(((idx << 1) + (h.version & 1)) & 0xFFFFFFFF, frame, overwrite,
                                   v.is_new)
         mine = _next_version_word(cur, h, v, overwrite)
-        pair = (mine << _WORD_BITS) | oth if h.version == 1 else (oth << _WORD_BITS) | mine
+        pair = (mine << _WORD_BITS) | oth if h.version & 1 else (oth << _WORD_BITS) | mine
         slots.state[idx] = (gen << 272) | (h.session << 208) | pair
         egress = self._egress_of(port, j, h, v.event)
         if not egress:
@@ -366,7 +368,7 @@ def _version_words(word: int, gen: int, h: Header) -> tuple[int, int]:
     when another generation or another session wrote the slot (it reads as empty)."""
     if word >> 272 != gen or (word >> 208) & _MASK64 != h.session:
         return 0, 0
-    if h.version == 1:
+    if h.version & 1:
         return (word >> _WORD_BITS) & _MASK_WORD, word & _MASK_WORD
     return word & _MASK_WORD, (word >> _WORD_BITS) & _MASK_WORD
 

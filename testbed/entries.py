@@ -130,16 +130,19 @@ def contribution(dev: int, port: int, values, *, job_id: int, slot: int = 0,
                  version: int | None = None,
                  contributor: int | None = None, frag: int = 0, num_contrib: int = 1,
                  exp: int = 0, flags: int = int(P.Flag.CONTRIB), level: int = 0,
-                 tag: int = 0, session: int = SESSION, round: int | None = None) -> bytes:
+                 tag: int = 0, session: int = SESSION, round: int | None = None,
+                 pool: int = 0) -> bytes:
     """A full frame as a host on `port` would send it to its switch. Give `round` (the version
-    is its low bit) or `version` (the slot's first or second round); both only to send a
-    version that does not match the round. Neither: round 0."""
+    is pool `pool`'s epoch and the round's low bit) or `version` (the whole byte: the slot's
+    first or second round, plus any epoch); both only to send a version that does not match
+    the round. Neither: round 0. An odd `pool` sets FLAG_POOL too."""
     rnd = {k: v for k, v in (("version", version), ("round", round)) if v is not None} \
         or {"round": 0}
-    payload = packet.pack(np.asarray(values, dtype=np.int64), job_id=job_id, slot=slot,
-                          **rnd, contributor=port - 1 if contributor is None
+    payload = packet.pack(np.asarray(values, dtype=np.int64), pool=pool, job_id=job_id,
+                          slot=slot, **rnd, contributor=port - 1 if contributor is None
                           else contributor, frag=frag, num_contrib=num_contrib, exp=exp,
-                          flags=flags, level=level, tag=tag, session=session)
+                          flags=flags | (int(P.Flag.POOL) if pool & 1 else 0), level=level,
+                          tag=tag, session=session)
     return to_switch(dev, port, payload)
 
 

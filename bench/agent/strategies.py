@@ -80,7 +80,7 @@ class InaAllreduce:
         cfg = StreamConfig(params.job_id, params.contributor_ids(host)[local_rank],
                            params.window, params.streams,
                            pool_session(agreed, params.pool, params.window), local_gpus=1,
-                           pool=params.pool & 1, **stream_options)
+                           pool=params.pool, **stream_options)
         self.streamer = SlotStreamer(cfg, transport)
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:

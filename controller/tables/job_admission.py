@@ -27,6 +27,10 @@ class JobConfig:
     # The entry's second key, the packets' FLAG_POOL: which of the job's two pools this is
     # (a live resize installs the new pool under the other one; docs/protocol.md).
     pool: int = 0
+    # That pool's epoch, its number mod 128 (passing.protocol.pool_epoch; its low bit is
+    # `pool`): packets must carry it in their version, so a delayed one of the pool two resizes
+    # back, under the same bit, is dropped (DROP_STALE_POOL) instead of taking slots over.
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.fan_in <= P.MAX_FAN_IN:
@@ -44,6 +48,9 @@ class JobConfig:
             raise ValueError("generation 0 is what a freshly started switch holds; use >= 1")
         if self.pool not in (0, 1):
             raise ValueError(f"pool {self.pool} is not 0 or 1")
+        if not 0 <= self.epoch <= P.POOL_EPOCH_MASK or self.epoch & 1 != self.pool:
+            raise ValueError(f"pool epoch {self.epoch}: 0..{P.POOL_EPOCH_MASK} with the pool bit "
+                             f"{self.pool} as its low bit")
 
 
 class JobAdmissionTables:

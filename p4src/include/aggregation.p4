@@ -62,7 +62,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         slot_state.read(meta.agg.st, meta.agg.idx);
         bit<304> st = meta.agg.st;
         bool fresh = st[303:272] == meta.job.gen && st[271:208] == hdr.passing.session;
-        bool v1 = hdr.passing.version == 1;
+        bool v1 = hdr.passing.version[0:0] == 1;
         meta.agg.cur = !fresh ? 104w0 : (v1 ? st[207:104] : st[103:0]);
         meta.agg.oth = !fresh ? 104w0 : (v1 ? st[103:0] : st[207:104]);
         /* Another session's (or job's) round still open here: a result from the spine may
@@ -132,7 +132,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         bool final = ev == EVT_COMPLETE_ROOT || ev == EVT_CLOSED_ROOT;
         bool up = ev == EVT_COMPLETE_UP || ev == EVT_CLOSED_UP;
         bit<32> mybit = 32w1 << hdr.passing.contributor;
-        bit<32> vbase = ((meta.agg.idx << 1) + (bit<32>)hdr.passing.version) * VALUE_WORDS;
+        bit<32> vbase = ((meta.agg.idx << 1) + (bit<32>)hdr.passing.version[0:0]) * VALUE_WORDS;
 
         /* Values: the spine's result, or a round's first contribution, overwrite; later
          * contributions add; anything else leaves the slot as it is. */
@@ -162,7 +162,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         slot_state.write(meta.agg.idx,
                          (ev == DROP_STALE_RESULT || ev == DROP_STALE_ROUND) ? meta.agg.st :
                          meta.job.gen ++ hdr.passing.session ++
-                         (hdr.passing.version == 1 ? word ++ meta.agg.oth :
+                         (hdr.passing.version[0:0] == 1 ? word ++ meta.agg.oth :
                                                      meta.agg.oth ++ word));
 
         /* What leaves, and where. Dropped events leave nothing. A sum that goes up carries

@@ -51,7 +51,7 @@ const bit<8> FLAG_POOL    = 0x10;
 const bit<8> FLAGS_KNOWN  = 0x1f;
 
 /* Per-job events, counted in job_stats[stat_idx * JOB_STATS_STRIDE + event]: exactly one per
- * packet that names a known job. 0..7 are drops (by reason), 8..18 what the slot did. */
+ * packet that names a known job. 0..7 and 19 are drops (by reason), 8..18 what the slot did. */
 const bit<8> DROP_NONE            = 0xff;
 const bit<8> DROP_NOT_MEMBER      = 0;
 const bit<8> DROP_BAD_CONTRIBUTOR = 1;
@@ -72,6 +72,10 @@ const bit<8> EVT_LATE             = 15;  /* after its round closed, result not b
 const bit<8> EVT_LATE_RESULT      = 16;  /* after its round completed: result unicast back */
 const bit<8> EVT_CLOSED_ROOT      = 17;  /* CLOSE completed the slot with a quorum: multicast */
 const bit<8> EVT_CLOSED_UP        = 18;  /* CLOSE completed the rack sum with a quorum: up */
+/* A packet of an older pool under the same FLAG_POOL (two resizes back, delayed or replayed):
+ * its version's upper bits are not the pool's epoch. Dropped before it can count as a pool
+ * contribution or take a slot of the new pool over. */
+const bit<8> DROP_STALE_POOL      = 19;
 
 /* Late contributions per contributor id: late_contribs[stat_idx * MAX_FAN_IN + contributor].
  * Admitted contributions per pool and contributor id:

@@ -38,11 +38,13 @@ header passing_t {
     bit<16> slot;
     bit<8>  contributor;
     bit<8>  flags;
+    /* [0:0] the round's low bit (the slot's shadow copy); [7:1] the pool's epoch, which job_config
+     * holds per pool: a packet of an older pool that shares the FLAG_POOL is told apart. */
     bit<8>  version;
     bit<8>  level;
     bit<32> frag;
-    /* The slot's round in this session (0, 1, 2, ...; version is its low bit): the switch keeps
-     * the round each version holds, so a late packet is never taken for a new round. */
+    /* The slot's round in this session (0, 1, 2, ...; version's bit 0 is its low bit): the switch
+     * keeps the round each version holds, so a late packet is never taken for a new round. */
     bit<32> round;
     bit<16> num_contrib;
     bit<8>  exp;
@@ -77,6 +79,7 @@ struct headers_t {
 /* What job_config and membership tell the pipeline about the packet's job. */
 struct job_md_t {
     bit<1>  pool;          /* the packet's FLAG_POOL: which of the job's pools it uses */
+    bit<7>  epoch;         /* that pool's number mod 128: what the version's upper bits must say */
     bit<1>  hit;
     bit<32> pool_base;
     bit<16> pool_size;

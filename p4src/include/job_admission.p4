@@ -12,8 +12,10 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
      * empty (BMv2's P4Runtime cannot clear registers); is_root/uplink_port give the job's role. */
     @name(".set_job") action set_job(bit<32> pool_base, bit<16> pool_size, bit<8> fan_in,
                                      bit<8> quorum, bit<16> mcast_grp, bit<32> gen,
-                                     bit<1> is_root, bit<9> uplink_port, bit<32> stat_idx) {
+                                     bit<1> is_root, bit<9> uplink_port, bit<32> stat_idx,
+                                     bit<7> epoch) {
         meta.job.hit = 1;
+        meta.job.epoch = epoch;
         meta.job.pool_base = pool_base;
         meta.job.pool_size = pool_size;
         meta.job.fan_in = fan_in;
@@ -71,10 +73,13 @@ control JobAdmission(inout headers_t hdr, inout metadata_t meta, inout standard_
                 /* Results are only accepted from above, by a non-root switch. */
                 ((meta.job.is_root == ROLE_ROOT ||
                   sm.ingress_port != meta.job.uplink_port) ? DROP_FORGED_RESULT : DROP_NONE));
+        /* The epoch before the slot range: a stale pool's packet may name a slot beyond the new
+         * pool, and is counted as what it is. */
         jdrop = (jdrop != DROP_NONE) ? jdrop :
-                ((hdr.passing.slot >= meta.job.pool_size) ? DROP_SLOT_RANGE :
-                 ((hdr.passing.version != (bit<8>)hdr.passing.round[0:0]) ? DROP_BAD_VERSION :
-                  DROP_NONE));
+                ((hdr.passing.version[7:1] != meta.job.epoch) ? DROP_STALE_POOL :
+                 ((hdr.passing.slot >= meta.job.pool_size) ? DROP_SLOT_RANGE :
+                  ((hdr.passing.version[0:0] != hdr.passing.round[0:0]) ? DROP_BAD_VERSION :
+                   DROP_NONE)));
     }
 
     apply {

@@ -54,6 +54,8 @@ def finish_slot0(star, sw):
     ("slot_out_of_range", "drops_slot_range"),
     ("bad_version", "drops_bad_version"),
     ("version_not_the_rounds", "drops_bad_version"),
+    ("another_pools_epoch", "drops_stale_pool"),
+    ("another_pools_epoch_beyond_the_slots", "drops_stale_pool"),
     ("close_on_a_result", "drops_bad_flags"),
     ("no_kind_flag", "drops_bad_flags"),
     ("both_kind_flags", "drops_bad_flags"),
@@ -67,7 +69,12 @@ def test_rejected_contribution_is_counted_and_changes_nothing(star, job, case, r
         "non_member": (3, contribution(DEV, 3, big, job_id=7, slot=0, contributor=1)),
         "wrong_contributor": (2, contribution(DEV, 2, big, job_id=7, slot=0, contributor=0)),
         "slot_out_of_range": (2, contribution(DEV, 2, big, job_id=7, slot=4)),
-        "bad_version": (2, contribution(DEV, 2, big, job_id=7, slot=0, version=2)),
+        "bad_version": (2, contribution(DEV, 2, big, job_id=7, slot=0, version=1, round=0)),
+        # version 2: epoch 1, round 0; the job's pool is epoch 0. The epoch is checked before
+        # the slot range: a stale pool's packet is counted as what it is.
+        "another_pools_epoch": (2, contribution(DEV, 2, big, job_id=7, slot=0, version=2)),
+        "another_pools_epoch_beyond_the_slots": (2, contribution(DEV, 2, big, job_id=7, slot=4,
+                                                                 version=2)),
         "version_not_the_rounds": (2, contribution(DEV, 2, big, job_id=7, slot=0, version=0,
                                                    round=3)),
         "close_on_a_result": (2, contribution(DEV, 2, big, job_id=7, slot=0,

@@ -85,4 +85,4 @@ def test_value_too_wide_for_a_parameter_is_refused_before_sending(star):
     with pytest.raises(SwitchError, match="does not fit in 16 bits"):
         conn.table_update(Update.INSERT, "job_config", {"job_id": 1, "pool": 0}, "set_job",
                           dict(pool_base=0, pool_size=1 << 16, fan_in=1, quorum=1, mcast_grp=1,
-                               gen=1, is_root=1, uplink_port=0, stat_idx=0))
+                               gen=1, is_root=1, uplink_port=0, stat_idx=0, epoch=0))

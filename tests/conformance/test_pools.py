@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from controller.counters import StatsCounters
 from controller.switch import Update
 from controller.tables.job_admission import JobAdmissionTables
 from host_agent.pool_move import PooledStreamer
@@ -27,7 +28,7 @@ from testbed.entries import (
     switch_ip,
     switch_mac,
 )
-from tests.conformance.test_rounds import results, silent
+from tests.conformance.test_rounds import counted, results, silent
 
 DEV = 0
 POOL = int(P.Flag.POOL)
@@ -40,8 +41,8 @@ def values(seed: int, n: int) -> np.ndarray:
 
 def add_pool(conn, cfg, *, pool_base: int, pool_size: int, gen: int):
     """The job's other pool, as a resize installs it: its own slots and generation."""
-    new = dataclasses.replace(cfg, pool=1 - cfg.pool, pool_base=pool_base, pool_size=pool_size,
-                              gen=gen)
+    new = dataclasses.replace(cfg, pool=1 - cfg.pool, epoch=(cfg.epoch + 1) & P.POOL_EPOCH_MASK,
+                              pool_base=pool_base, pool_size=pool_size, gen=gen)
     conn.write([JobAdmissionTables(conn).job_update(Update.INSERT, new)])
     return new
 
@@ -63,8 +64,7 @@ def test_the_pool_bit_picks_the_pool_and_each_sums_apart(star):
     a, b = values(1, 2), values(2, 2)
     for i, p in enumerate((1, 2)):
         sw.test_ports[p].send(contribution(DEV, p, a[i], job_id=9, slot=0))
-        sw.test_ports[p].send(contribution(DEV, p, b[i], job_id=9, slot=0, flags=CONTRIB | POOL,
-                                           tag=1))
+        sw.test_ports[p].send(contribution(DEV, p, b[i], job_id=9, slot=0, pool=1, tag=1))
     got: dict[int, list] = {1: [], 2: []}
     for _ in range(2):
         for p, rec in results(sw, [1, 2]).items():
@@ -85,7 +85,7 @@ def test_the_pool_bit_picks_the_pool_and_each_sums_apart(star):
     assert np.array_equal(again["values"], a.sum(axis=0))
     silent(sw, [1])
     # Slot 1 exists in the new pool (size 2), slot 2 only in the old one (size 4).
-    sw.test_ports[1].send(contribution(DEV, 1, a[0], job_id=9, slot=2, flags=CONTRIB | POOL))
+    sw.test_ports[1].send(contribution(DEV, 1, a[0], job_id=9, slot=2, pool=1))
     silent(sw, [1, 2])
     job = sw.conn.read_counter("job_stats")
     assert job[5 * P.JOB_STATS_STRIDE + P.JobDrop.SLOT_RANGE][0] == 1
@@ -109,6 +109,44 @@ def test_a_pool_bit_without_an_entry_is_an_unknown_job(star):
     assert pool_contribs(sw.conn, 5, 0, 2) == [0, 0]
 
 
+def test_a_packet_of_the_pool_two_resizes_back_is_dropped_as_stale(star):
+    """Two resizes put the job's pool back under its first pool's bit, on the same slots. A
+    delayed packet of the first pool (that bit, epoch 0, its own session) must not be admitted
+    there: dropped as STALE_POOL wherever in the pool it points, not counted in pool_contribs
+    (the controller would retire the pool before it a host still resends into), and the round
+    of the new pool in progress in its slot, which it used to take over, completes exact."""
+    sw = star["s1"]
+    adm = JobAdmissionTables(sw.conn)
+    first = install_job(sw.conn, DEV, job_id=9, members={1: 0, 2: 1}, pool_size=4, gen=3,
+                        stat_idx=5)
+    one = add_pool(sw.conn, first, pool_base=100, pool_size=4, gen=4)
+    sw.conn.write([adm.job_delete(9, 0)])
+    two = add_pool(sw.conn, one, pool_base=0, pool_size=2, gen=5)
+    assert (two.pool, two.epoch) == (0, 2)
+    new_session, a, stale = SESSION + 2, values(40, 2), values(41, 1)[0]
+    sw.test_ports[1].send(contribution(DEV, 1, a[0], job_id=9, slot=0, pool=2,
+                                       session=new_session))
+    silent(sw, [1, 2])
+    for slot in (0, 3):  # in the new pool's range, and beyond it (the old pool had 4 slots)
+        sw.test_ports[2].send(contribution(DEV, 2, stale, job_id=9, slot=slot, pool=0))
+    # Even a resend of port 1's own packet in the old epoch: not a duplicate to answer.
+    sw.test_ports[1].send(contribution(DEV, 1, a[0], job_id=9, slot=0, pool=0,
+                                       flags=CONTRIB | int(P.Flag.RETRANS)))
+    counted(sw, "drops_stale_pool", 3, stat_idx=5)
+    silent(sw, [1, 2])
+    stats = StatsCounters(sw.conn).job(5)
+    assert stats["drops_stale_pool"] == 3
+    assert sum(v for k, v in stats.items() if k.startswith("drops_")) == 3
+    assert pool_contribs(sw.conn, 5, 0, 2) == [1, 0]
+    sw.test_ports[2].send(contribution(DEV, 2, a[1], job_id=9, slot=0, pool=2,
+                                       session=new_session))
+    for p, rec in results(sw, [1, 2]).items():
+        assert np.array_equal(rec["values"], a.sum(axis=0)), p
+        assert rec["flags"] == P.Flag.RESULT and rec["version"] == P.version_of(2, 0), p
+        assert rec["session"] == new_session, p
+    assert pool_contribs(sw.conn, 5, 0, 2) == [1, 1]
+
+
 def test_two_levels_sum_in_the_pool_the_hosts_named(two_level):
     """A rack's sum goes up with the hosts' pool bit, the spine sums it in that pool, and the
     result comes down into the ToRs' same pool and out to the hosts with the bit."""
@@ -125,7 +163,7 @@ def test_two_levels_sum_in_the_pool_the_hosts_named(two_level):
     for t, (tor, dev) in enumerate(tors):
         for h in (1, 2):
             f[tor].test_ports[h].send(contribution(dev, h, vals[2 * t + h - 1], job_id=30,
-                                                   slot=3, flags=CONTRIB | POOL))
+                                                   slot=3, pool=1))
     for tor, _ in tors:
         for p, rec in results(f[tor], [1, 2]).items():
             assert rec["flags"] == P.Flag.RESULT | P.Flag.POOL, (tor, p)
@@ -206,4 +244,4 @@ def test_agents_move_to_a_resized_pool_at_the_same_call(star):
             a.close()
     assert wrong == []
     assert moves_at[1] == moves_at[2] and [(p, w) for _, p, w in moves_at[1]] == [(1, 3), (2, 12)]
-    assert all((a.cfg.pool, a.cfg.window) == (0, 12) for a in agents)
+    assert all((a.cfg.pool, a.cfg.window) == (2, 12) for a in agents)

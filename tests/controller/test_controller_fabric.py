@@ -26,11 +26,14 @@ from tests import REPO
 
 
 def contribution(ctl: Controller, job_id: int, host: str, values, slot=0, version=0,
-                 flags=int(P.Flag.CONTRIB)) -> bytes:
+                 flags=int(P.Flag.CONTRIB), pool: int | None = None) -> bytes:
+    """`host`'s contribution to round `version` (0 or 1) of `slot`, in pool number `pool`
+    (default: the one the job's parameters name); the flags as given."""
     params = ctl.agent_params(job_id)
     hp = params.host(host)
     h = ctl.topo.hosts[host]
-    payload = packet.pack(np.asarray(values), job_id=job_id, slot=slot, version=version,
+    payload = packet.pack(np.asarray(values), pool=params.pool if pool is None else pool,
+                          job_id=job_id, slot=slot, round=version,
                           contributor=hp.contributor_id, flags=flags, num_contrib=h.gpus)
     return bytes(Ether(src=h.mac, dst=hp.switch_mac) / IP(src=h.ip, dst=hp.switch_ip)
                  / UDP(sport=params.agent_udp_port, dport=params.switch_udp_port) / payload)

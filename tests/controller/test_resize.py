@@ -225,7 +225,7 @@ def test_a_failed_install_rolls_the_resize_back(make_control):
     ctl.create_job(JobSpec(7, ("h1", "h3"), window=4))
     before = ctl.job(7), ctl.agent_params(7)
     # Behind the controller's back, the spine (written last) already holds job 7's pool 1.
-    foreign = JobConfig(7, 3000, 4, 1, 77, 999, 1, 0, 5, pool=1)
+    foreign = JobConfig(7, 3000, 4, 1, 77, 999, 1, 0, 5, pool=1, epoch=1)
     spine = ctl.conn("spine")
     spine.write([JobAdmissionTables(spine).job_update(Update.INSERT, foreign)])
     with pytest.raises(SwitchFailure, match="job 7 not resized, nothing changed"):
@@ -403,7 +403,7 @@ def test_in_ina_mode_a_host_has_moved_when_every_one_of_its_gpus_has(make_contro
 
     def rank_sends(host: str, rank: int) -> None:
         hp, h = params.host(host), ctl.topo.hosts[host]
-        payload = packet.pack(np.ones(P.K, dtype=np.int64), job_id=9, slot=0,
+        payload = packet.pack(np.ones(P.K, dtype=np.int64), pool=params.pool, job_id=9, slot=0,
                               contributor=params.contributor_ids(host)[rank], flags=flags,
                               num_contrib=1)
         port_of(ctl, fabric, host).send(bytes(

@@ -293,7 +293,7 @@ def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
         wait_all_on(0)  # the job runs in its first pool
         time.sleep(0.3)
         job = sw.entries.job
-        one = dataclasses.replace(job, pool=1, pool_base=100, pool_size=3, gen=2)
+        one = dataclasses.replace(job, pool=1, epoch=1, pool_base=100, pool_size=3, gen=2)
         conn.write([adm.job_update(Update.INSERT, one)])
         path.write_text(json.dumps(dataclasses.replace(first, window=3, pool=1).to_dict()))
         wait_all_on(1)
@@ -301,7 +301,7 @@ def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
         # Counters of the pool a resize reuses start at zero, as the controller leaves them.
         for c in range(HOSTS):
             sw.pipe.state.counters["pool_contribs"][c] = [0, 0]
-        two = dataclasses.replace(job, pool=0, pool_base=200, pool_size=12, gen=3)
+        two = dataclasses.replace(job, pool=0, epoch=2, pool_base=200, pool_size=12, gen=3)
         conn.write([adm.job_update(Update.INSERT, two)])
         path.write_text(json.dumps(dataclasses.replace(first, window=12,
                                                        pool=2).to_dict()))
@@ -314,7 +314,7 @@ def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
     assert all(len(x["moves"]) == 2 for x in leaders), leaders
     assert leaders[0]["moves"] == leaders[1]["moves"], "the hosts moved after different calls"
     assert [(p, w) for _, p, w in leaders[0]["moves"]] == [(1, 3), (2, 12)]
-    assert all((x["window"], x["pool"]) == (12, 0) for x in leaders)
+    assert all((x["window"], x["pool"]) == (12, 2) for x in leaders)
     # Counters go on across pools: each call brings at least its 4 fragments' results.
     assert all(x["same_stats"] and x["results"] >= 4 * x["calls"] for x in leaders), leaders
 

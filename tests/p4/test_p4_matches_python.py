@@ -98,8 +98,9 @@ def test_every_word_is_stored_added_and_sent():
     size = re.search(r"register<bit<(\d+)>>\(([^)]*)\)\s*slot_values\s*;", agg)
     assert int(size.group(1)) == P.WORD_BITS
     assert arith(size.group(2)) == 2 * P.SLOT_CAPACITY * P.VALUE_WORDS
-    assert re.search(r"vbase = \(\(meta\.agg\.idx << 1\) \+ \(bit<32>\)hdr\.passing\.version\) \* "
-                     + str(P.VALUE_WORDS) + ";", agg)
+    assert re.search(r"vbase = \(\(meta\.agg\.idx << 1\) \+ "
+                     r"\(bit<32>\)hdr\.passing\.version\[0:0\]\) \* " + str(P.VALUE_WORDS) + ";",
+                     agg)
     assert sorted(re.findall(r"slot_values\.read\(acc(\d+), vbase \+ (\d+)\)", agg)) == \
         sorted(re.findall(r"slot_values\.write\(vbase \+ (\d+), vals(\d+)\)", agg)) == \
         [(str(w), str(w)) for w in range(P.VALUE_WORDS)]
@@ -132,6 +133,18 @@ def test_flags_and_drop_reasons_match():
     for event in P.JobEvent:
         assert p4_const("EVT_" + event.name) == event.value, event
     assert max(P.JobEvent) < P.JOB_STATS_STRIDE
+    assert max(P.JobDrop) < P.JOB_STATS_STRIDE
+
+
+def test_pool_epoch_is_the_versions_upper_bits():
+    """The epoch job_config holds is as wide as passing.protocol.pool_epoch's, and compared
+    with the version's bits above the round's."""
+    adm = preprocessed("job_admission.p4")
+    bits = P.POOL_EPOCH_MASK.bit_length()
+    assert re.search(rf"bit<{bits}> epoch\)", adm)
+    assert "hdr.passing.version[7:1] != meta.job.epoch" in adm
+    assert 1 + bits == next(f.bits for f in P.HEADER_FIELDS if f.name == "version")
+    assert P.version_of(0x83, 5) == (3 << 1) | 1
     assert not set(P.JobDrop.__members__.values()) & set(P.JobEvent.__members__.values())
 
 

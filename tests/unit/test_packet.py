@@ -42,6 +42,16 @@ def test_round_trip_single(hdr, values):
     assert rec["values"].tolist() == values
 
 
+@pytest.mark.parametrize("pool,round_,version", [
+    (0, 5, 1), (1, 4, 2), (2, 7, 5), (127, 1, 255), (128, 1, 1), (129, 0, 2)])
+def test_version_carries_the_pools_epoch_above_the_rounds_bit(pool, round_, version):
+    """Bits 1-7: the pool number modulo 128 (what job_config's epoch must equal); bit 0: the
+    round's low bit. Such a packet is valid, whatever its pool."""
+    rec = packet.unpack(packet.pack([0] * P.K, pool=pool, round=round_, flags=1))
+    assert (int(rec["version"]), int(rec["round"])) == (version, round_)
+    assert P.version_of(pool, round_) == version
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.integers(1, 300), st.integers(0, 2**32 - 1))
 def test_round_trip_batch(n, seed):
@@ -100,11 +110,11 @@ def test_batch_rejects_one_bad_length():
     ("flags", 0x08 | 0x02, "CLOSE goes with CONTRIB"),
     ("flags", 0x00, "exactly one"),
     ("flags", 0x03, "exactly one"),
-    ("version", 2, "version"),
+    ("version", 3, "version"),  # with round 0: bit 0 is not the round's (bits 1-7: epoch 1)
     ("contributor", 32, "contributor"),
 ])
 def test_strict_unpack_rejects_impossible_fields(field, value, msg):
-    fields = {"flags": 1, field: value}
+    fields = {"flags": 1, "round": 0, field: value}
     wire = packet.pack([0] * P.K, **fields)
     with pytest.raises(ProtocolError, match=msg):
         packet.unpack(wire)
