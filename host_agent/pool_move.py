@@ -85,7 +85,8 @@ def pool_session(session: int, pool: int, window: int) -> int:
     rule count other rounds on the same slots, or read an exponent packet as values, and the
     switch would sum their fragments with ours; in different sessions it never does."""
     rule = (f"slots {P.MIN_SLOTS}/{P.FRAGS_PER_SLOT} speculate "
-            f"{fx.SPEC_HEADROOM}/{fx.SPEC_SLACK}, zero holds, fewer misses than slots").encode()
+            f"{fx.SPEC_HEADROOM}/{fx.SPEC_SLACK} on the whole window, zero holds, fewer misses "
+            "than slots").encode()
     h = hashlib.sha256(session.to_bytes(8, "big") + pool.to_bytes(4, "big")
                        + window.to_bytes(4, "big") + b"passing/pool" + rule)
     return int.from_bytes(h.digest()[:8], "big") or 1

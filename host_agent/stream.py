@@ -5,9 +5,10 @@ them. Slot s carries, one after another: an exponent-only packet for fragment s 
 `exp` = this host's exponent of fragment s), then fragment s quantized with the agreed exponent
 and carrying the exponent of fragment s+u, then fragment s+u, and so on (see
 host_agent/fixed_point.py). A call of a size the session summed before speculates instead
-(docs/protocol.md, "Speculative scale"): slot s carries fragments s, s+u, ... each once,
-quantized one bit above the largest exponent the hosts proposed for it in the last such call,
-and each again at the hosts' maximum where that did not fit. Each packet waits for its result
+(docs/protocol.md, "Speculative scale") on u = slots_used(W, n, speculating=True) = min(W, n)
+slots: slot s carries fragments s, s+u, ... each once, quantized one bit above the largest
+exponent the hosts proposed for it in the last such call, and each again at the hosts' maximum
+where that did not fit. Each packet waits for its result
 before the slot's next packet goes out; u slots are in flight at once. Every use of a slot
 is the slot's next round (0, 1, 2, ...; the SwitchML shadow-copy version is its low bit), also
 across calls, so the agent keeps the rounds for the life of the session; every host counts
@@ -135,8 +136,9 @@ class _Call:
                  tag: int, predicted: np.ndarray | None = None):
         self.blocks, self.local_exp, self.tag = blocks, local_exp, tag
         self.nfrag = blocks.shape[0]
-        # Slot s carries fragments s, s + used, s + 2 * used, ...
-        self.used = used = P.slots_used(window, self.nfrag)
+        # Slot s carries fragments s, s + used, s + 2 * used, ...; a speculating call uses
+        # every slot (no exponent packets to save).
+        self.used = used = P.slots_used(window, self.nfrag, speculating=predicted is not None)
         self.s_bits = fx.scale_bits(streams)
         # The exp field each fragment's values were (or are to be) quantized with.
         self.agreed = np.zeros(self.nfrag, dtype=np.uint8)
@@ -309,13 +311,14 @@ def _prediction(kept: tuple[np.ndarray, bool] | None) -> np.ndarray | None:
     return fx.predict(kept[0]) if kept is not None and kept[1] else None
 
 
-def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, used: int
+def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, agreeing: int
                  ) -> tuple[np.ndarray, bool] | None:
-    """What a call of n fragments that proposed `exps` on `used` slots leaves for the next
-    call of n (`kept`: what the one before it left): None after NaN/Inf (nothing to predict
-    from), else its exponents and whether the next speculates. It does unless speculating on
-    this call (from `kept`) would have missed `used` fragments or more: each costs a packet,
-    and agreeing first costs one per slot. A gradient whose blocks' magnitudes jump from
+    """What a call of n fragments that proposed `exps` leaves for the next call of n (`kept`:
+    what the one before it left): None after NaN/Inf (nothing to predict from), else its
+    exponents and whether the next speculates. It does unless speculating on this call (from
+    `kept`) would have missed `agreeing` fragments or more, the slots a call of n that agrees
+    first uses (P.slots_used): each miss costs a packet, and agreeing first costs one per
+    such slot. A gradient whose blocks' magnitudes jump from
     step to step is then summed as without speculation; every host decides alike (the
     exponents are the results')."""
     if np.any(exps == fx.POISON):
@@ -323,7 +326,7 @@ def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, used: i
     if kept is None:
         return exps.copy(), True
     missed = np.count_nonzero(~fx.speculation_holds(fx.predict(kept[0]), exps))
-    return exps.copy(), bool(missed < used)
+    return exps.copy(), bool(missed < agreeing)
 
 
 # Results kept for rounds not sent yet: a whole large call's worth (4M values at K=64).
@@ -508,24 +511,25 @@ class SlotStreamer:
             self._idle.set()
 
     def _ready(self, nfrag: int, most: int) -> int:
-        used = P.slots_used(self.cfg.window, nfrag)
+        agreeing = P.slots_used(self.cfg.window, nfrag)
         rounds = [int(r) for r in self.rounds]
         kept = self.scales.get(nfrag)
         ready = 0
         while ready < most:
             tag = (self.calls + ready) % TAG_CALLS
+            predicted = _prediction(kept)
+            used = P.slots_used(self.cfg.window, nfrag, speculating=predicted is not None)
             for s in range(used, self.cfg.window):  # a larger call would use them too
                 rec = self.early.get((s, rounds[s]))
                 if rec is not None and int(rec["tag"]) & _TAG_CALL == tag:
                     return ready
-            predicted = _prediction(kept)
             exps = np.zeros(nfrag, dtype=np.uint8)
             for s in range(used):
                 walked = self._walk_slot(s, rounds[s], nfrag, used, tag, predicted, exps)
                 if walked is None:
                     return ready
                 rounds[s] = walked
-            kept = _next_scales(kept, exps, used)
+            kept = _next_scales(kept, exps, agreeing)
             ready += 1
         return ready
 
@@ -631,7 +635,8 @@ class SlotStreamer:
         if call.predicted is not None:
             self.stats.speculated += call.nfrag
             self.stats.spec_missed += call.missed
-        kept = _next_scales(self.scales.pop(call.nfrag, None), call.exponents(), call.used)
+        kept = _next_scales(self.scales.pop(call.nfrag, None), call.exponents(),
+                            P.slots_used(self.cfg.window, call.nfrag))
         if kept is not None:
             self.stats.spec_declined += not kept[1]
             self.scales[call.nfrag] = kept

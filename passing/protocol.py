@@ -66,16 +66,21 @@ SLOT_CAPACITY = 4096
 MAX_JOBS = 256
 
 # Which slots of a pool a call uses (docs/protocol.md, "Rounds, quorum and late contributions").
-# Each slot's first packet carries only an exponent, so a call uses a slot per FRAGS_PER_SLOT
-# fragments of a wider pool, at least MIN_SLOTS (pools of up to MIN_SLOTS: min(W, n), as
-# before the rule): a 256-slot pool would otherwise add 25% to a 1 MiB call's wire.
+# When a call agrees on its scale first, each slot's first packet carries only an exponent, so
+# it uses a slot per FRAGS_PER_SLOT fragments of a wider pool, at least MIN_SLOTS (pools of up
+# to MIN_SLOTS: min(W, n), as before the rule): a 256-slot pool would otherwise add 25% to a
+# 1 MiB call's wire. A call at a speculative scale sends no exponent packets: it uses the whole
+# window (min(W, n)), so more of its fragments are in flight at once.
 FRAGS_PER_SLOT = 16
 MIN_SLOTS = 64
 
 
-def slots_used(window: int, nfrag: int) -> int:
+def slots_used(window: int, nfrag: int, speculating: bool = False) -> int:
     """Slots a call of `nfrag` fragments uses of a `window`-slot pool: slot s carries fragments
-    s, s + used, s + 2 * used, .... Every host of the job computes the same."""
+    s, s + used, s + 2 * used, .... Every host of the job computes the same (whether a call
+    speculates is decided from results every host reads alike)."""
+    if speculating:
+        return min(window, nfrag)
     return min(window, nfrag, max(MIN_SLOTS, -(-nfrag // FRAGS_PER_SLOT)))
 
 

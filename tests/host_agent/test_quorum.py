@@ -219,13 +219,15 @@ def test_a_host_behind_by_whole_calls_is_told_so_and_takes_them_without_sending(
 
 
 def test_a_host_behind_on_a_wide_window_finds_the_calls_on_the_slots_they_used():
-    """With 256 slots a 200-fragment call uses 64 (passing.protocol.slots_used): the host that
-    was away counts the others' calls on those slots, and takes them exactly."""
+    """With 256 slots a 201-fragment call uses 64 when it agrees first and 201 when it
+    speculates, as the second does (passing.protocol.slots_used): the host that was away
+    counts the others' calls on those slots, and takes them exactly."""
     sw = LoopbackSwitch(HOSTS, slots=256, quorum=2)
     hosts = streamers(sw, 256, patience=0.02, staleness=5)
     try:
         n = 200 * P.K + 7
         assert P.slots_used(256, -(-n // P.K)) == 64
+        assert P.slots_used(256, -(-n // P.K), speculating=True) == 201
         tensors = random_tensors(HOSTS, n, seed=6)
         results, _ = run_calls(hosts[:2], tensors[:2], 2, late={})
         deadline = time.monotonic() + 20

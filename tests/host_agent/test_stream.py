@@ -106,18 +106,22 @@ def test_windows_of_up_to_64_slots_use_as_many_slots_as_before():
 @pytest.mark.parametrize("nfrag, used", [(40, 40), (200, 64), (2048, 128), (8192, 256)])
 def test_a_wide_window_uses_only_the_slots_the_call_needs(nfrag, used):
     """Each slot's first packet carries only an exponent: a 256-slot window uses a slot per 16
-    fragments (at least 64), and every host uses the same slots."""
+    fragments (at least 64), and every host uses the same slots. The second call of the size
+    speculates, sends no exponent packets, and uses the whole window (up to one slot per
+    fragment)."""
     assert slots_used(256, nfrag) == used
+    assert slots_used(256, nfrag, speculating=True) == min(256, nfrag)
     if nfrag > 2048:
         return  # the rule alone: the call itself would take long through the Python pipeline
-    seen: dict[int, set[int]] = {1: set(), 2: set()}
+    seen: dict[int, list[set[int]]] = {1: [set(), set()], 2: [set(), set()]}
 
     class Spy:
         def __init__(self, port, inner):
             self.port, self.inner = port, inner
 
         def send(self, payload):
-            seen[self.port].add(int.from_bytes(payload[2:4], "big"))  # the header's slot
+            call = payload[19] & 0x7F  # the tag: the call's number
+            seen[self.port][call].add(int.from_bytes(payload[2:4], "big"))  # the slot
             self.inner.send(payload)
 
         def recv(self, timeout):
@@ -127,13 +131,13 @@ def test_a_wide_window_uses_only_the_slots_the_call_needs(nfrag, used):
     switch = LoopbackSwitch(2, slots=256)
     results, _ = run_hosts(switch, tensors, calls=2, window=256, wrap=Spy)
     check(results, tensors)
-    assert seen[1] == seen[2] == set(range(used))
+    assert seen[1] == seen[2] == [set(range(used)), set(range(min(256, nfrag)))]
 
 
 def test_calls_of_other_sizes_share_a_wide_window_and_every_host_counts_the_same_rounds():
     """One session, calls of 200, 1,100, 40 and 200 fragments on 256 slots: each uses its own
-    number of slots (64, 69, 40, 64), so the slots' rounds advance unevenly, the same on every
-    host; every sum is right."""
+    number of slots (64, 69, 40, and 200 for the second call of 200, which speculates), so the
+    slots' rounds advance unevenly, the same on every host; every sum is right."""
     sizes = [200, 1100, 40, 200]
     switch = LoopbackSwitch(2, slots=256)
     session = new_session()
@@ -155,9 +159,10 @@ def test_calls_of_other_sizes_share_a_wide_window_and_every_host_counts_the_same
         check([[results[0][c]], [results[1][c]]], t, first_speculated=c == 3)
     assert np.array_equal(streamers[0].rounds, streamers[1].rounds)
     # slot 0 took part in every call (5 + 17 + 2 rounds: an exponent packet each, then its
-    # fragments; the second call of 200 fragments speculates, with the same values: 4),
-    # slot 68 only in the 1,100-fragment one (1 + 15), slot 69 in none.
-    assert list(streamers[0].rounds[[0, 68, 69]]) == [28, 16, 0]
+    # fragments; the second call of 200 fragments speculates on 200 slots, with the same
+    # values: 1), slot 68 in the 1,100-fragment one (1 + 15) and the last, slot 69 and
+    # slot 199 only in the last, slot 200 in none.
+    assert list(streamers[0].rounds[[0, 68, 69, 199, 200]]) == [25, 17, 1, 1, 0]
     assert streamers[0].stats.speculated == 200 and streamers[0].stats.spec_missed == 0
 
 
