@@ -41,9 +41,11 @@ INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
 # 8.3-8.6 s with 256 (85-91%), 8.0 s with 512; 4 MiB as shipped 1.61-2.05 s, 1.44-1.67 s and
 # 1.35-1.64 s with 64, 128 and 256. BMv2 drops a wider window's burst (its egress queues hold
 # 64 packets): as shipped, 256K values, 64 slots 2.9 s and 0.2-0.4% resent, 256 slots 3.4-3.7 s
-# and 10-11% (2.2-2.5% and still slower with queues of 1024). A call uses only the slots it
-# needs (passing.protocol.slots_used), so smaller calls pay no more exponent packets than with
-# 64. docs/benchmarks.md, "Window".
+# and 10-11% (2.2-2.5% and still slower with queues of 1024). A call that agrees on its scale
+# first uses only the slots it needs (passing.protocol.slots_used), so smaller calls pay no
+# more exponent packets than with 64; one that speculates sends none and uses up to the whole
+# window, so on BMv2 a window over 64 bursts in every call of more than 64 fragments.
+# docs/benchmarks.md, "Window".
 DEFAULT_WINDOWS = {"model": 256, "bmv2": 64}
 
 

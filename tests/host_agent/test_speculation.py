@@ -232,32 +232,42 @@ def test_a_block_that_turns_to_zeros_stands_and_one_that_wakes_up_is_sent_again(
     assert all(h.stats.spec_missed == 1 for h in hosts)
 
 
-def test_a_gradient_whose_blocks_jump_agrees_first_until_they_settle():
-    """16 fragments on 8 slots. Call 2 scales every block by 2**10: all 16 miss (16 >= 8
-    slots), so call 3 agrees first (an exponent packet per slot) though it repeats call 2's
-    values; from those (nothing would have missed) call 4 speculates again."""
-    sw = LoopbackSwitch(2, slots=8)
-    hosts = hosts_of(sw, 2)
-    base = random_tensors(2, 16 * P.K, seed=16)
+# (fragments, window): on 8 slots an agreeing and a speculating call use the same 8; on 256,
+# 200 fragments use 64 slots when agreeing (one per 16 fragments, at least 64) and 200 when
+# speculating (the whole window), so the two modes' slots and rounds differ.
+MODES = [(16, 8), (200, 256)]
+
+
+@pytest.mark.parametrize("nfrag,window", MODES)
+def test_a_gradient_whose_blocks_jump_agrees_first_until_they_settle(nfrag, window):
+    """Call 2 scales every block by 2**10: all fragments miss (at least as many as an agreeing
+    call's slots), so call 3 agrees first (an exponent packet per slot) though it repeats call
+    2's values; from those (nothing would have missed) call 4 speculates again."""
+    agreeing = P.slots_used(window, nfrag)
+    sw = LoopbackSwitch(2, slots=window)
+    hosts = hosts_of(sw, 2, window=window)
+    base = random_tensors(2, nfrag * P.K, seed=16)
     jumped = [t * 2.0 ** 10 for t in base]
     calls = [base, jumped, jumped, jumped]
     results, packets = each_call(hosts, calls)
-    assert [p[0] for p in packets] == [24, 32, 24, 16]
-    assert all(h.stats.spec_missed == 16 and h.stats.spec_declined == 1 for h in hosts)
-    assert all(h.stats.speculated == 32 for h in hosts)
+    assert [p[0] for p in packets] == [nfrag + agreeing, 2 * nfrag, nfrag + agreeing, nfrag]
+    assert all(h.stats.spec_missed == nfrag and h.stats.spec_declined == 1 for h in hosts)
+    assert all(h.stats.speculated == 2 * nfrag for h in hosts)
     for c, sent in enumerate(calls):
         for i in range(2):
             assert np.all(np.abs(results[c][i] - exact(sent))
                           <= tight_bound(sent, fx.SPEC_SLACK if c in (1, 3) else 0)), (c, i)
 
 
-def test_a_host_behind_follows_the_others_from_speculation_to_agreeing_and_back():
+@pytest.mark.parametrize("nfrag,window", MODES)
+def test_a_host_behind_follows_the_others_from_speculation_to_agreeing_and_back(nfrag, window):
     """The same four calls as above with host 3 away (quorum 2 of 3): its walk through the
-    kept results follows every change of mode, finds the four calls, and takes them."""
-    sw = LoopbackSwitch(3, slots=8, quorum=2)
-    hosts = hosts_of(sw, 3, patience=0.02, staleness=5)
+    kept results follows every change of mode (and of the slots each mode uses), finds the
+    four calls, and takes them."""
+    sw = LoopbackSwitch(3, slots=window, quorum=2)
+    hosts = hosts_of(sw, 3, window=window, patience=0.02, staleness=5)
     try:
-        n = 16 * P.K
+        n = nfrag * P.K
         base = random_tensors(3, n, seed=17)
         jumped = [t * 2.0 ** 10 for t in base]
         results, _ = each_call(hosts[:2], [base[:2], jumped[:2], jumped[:2], jumped[:2]])
@@ -269,8 +279,9 @@ def test_a_host_behind_follows_the_others_from_speculation_to_agreeing_and_back(
         for c in range(4):
             assert np.array_equal(hosts[2].allreduce(np.zeros(n)), results[c][0]), c
         assert hosts[2].transport.sent == 0
-        assert hosts[2].scales[16][1] and np.array_equal(hosts[2].scales[16][0],
-                                                         hosts[0].scales[16][0])
+        assert hosts[2].scales[nfrag][1] and np.array_equal(hosts[2].scales[nfrag][0],
+                                                            hosts[0].scales[nfrag][0])
+        assert np.array_equal(hosts[2].rounds, hosts[0].rounds)
     finally:
         for h in hosts:
             h.close()
