@@ -174,7 +174,7 @@ class PassingCLI(CLI):
 
     def do_job(self, line: str) -> None:
         """job SUBCOMMAND ...: passing-ctl job on this network's controller, e.g.
-        job set 1 --quorum 3 --patience 0.005..0.05 (the straggler policy the next train
+        job set 1 --quorum 3 --patience 0.02..0.05 (the straggler policy the next train
         uses), job show 1, job create 2 --hosts h1,h2 --window 16."""
         self._ctl("job", *shlex.split(line))
 
