@@ -30,10 +30,6 @@ class PoolParams:
     mcast_grp: int
     epoch: int = 0  # the pool's number mod 128; its low bit is FLAG_POOL, job_config's second key
 
-    @property
-    def bit(self) -> int:
-        return self.epoch & 1
-
 
 @dataclass(frozen=True)
 class OldPool:
@@ -45,10 +41,6 @@ class OldPool:
     size: int
     gen: int
     epoch: int  # the retiring pool's number mod 128
-
-    @property
-    def bit(self) -> int:
-        return self.epoch & 1
 
 
 @dataclass
@@ -78,11 +70,11 @@ def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,
     pool a live resize is moving the job away from."""
     cfg = JobConfig(job_id, pool.base, pool.size, role.fan_in, pool.mcast_grp, pool.gen,
                     int(role.is_root), role.uplink.port if role.uplink else 0,
-                    pool.stat_idx, quorum, pool.bit, pool.epoch)
+                    pool.stat_idx, quorum, pool.epoch & 1, pool.epoch)
     d = Desired(cfg, guards={port: pool.stat_idx for port in guard_ports})
     if retiring is not None:
         d.retiring = replace(cfg, pool_base=retiring.base, pool_size=retiring.size,
-                             gen=retiring.gen, pool=retiring.bit, epoch=retiring.epoch)
+                             gen=retiring.gen, pool=retiring.epoch & 1, epoch=retiring.epoch)
     for m in role.members:
         d.members[m.port] = (m.contributor, m.count)
         for i, cid in enumerate(m.ids):

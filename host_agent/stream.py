@@ -311,14 +311,14 @@ def _prediction(kept: tuple[np.ndarray, bool] | None) -> np.ndarray | None:
     return fx.predict(kept[0]) if kept is not None and kept[1] else None
 
 
-def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, agreeing: int
+def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, window: int
                  ) -> tuple[np.ndarray, bool] | None:
     """What a call of n fragments that proposed `exps` leaves for the next call of n (`kept`:
-    what the one before it left): None after NaN/Inf (nothing to predict from), else its
-    exponents and whether the next speculates. It does unless speculating on this call (from
-    `kept`) would have missed `agreeing` fragments or more, the slots a call of n that agrees
-    first uses (P.slots_used): each miss costs a packet, and agreeing first costs one per
-    such slot. A gradient whose blocks' magnitudes jump from
+    what the one before it left) on a `window`-slot pool: None after NaN/Inf (nothing to
+    predict from), else its exponents and whether the next speculates. It does unless
+    speculating on this call (from `kept`) would have missed as many fragments as a call of n
+    that agrees first uses slots (P.slots_used), or more: each miss costs a packet, and
+    agreeing first costs one per such slot. A gradient whose blocks' magnitudes jump from
     step to step is then summed as without speculation; every host decides alike (the
     exponents are the results')."""
     if np.any(exps == fx.POISON):
@@ -326,7 +326,7 @@ def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, agreein
     if kept is None:
         return exps.copy(), True
     missed = np.count_nonzero(~fx.speculation_holds(fx.predict(kept[0]), exps))
-    return exps.copy(), bool(missed < agreeing)
+    return exps.copy(), bool(missed < P.slots_used(window, exps.size))
 
 
 # Results kept for rounds not sent yet: a whole large call's worth (4M values at K=64).
@@ -511,7 +511,6 @@ class SlotStreamer:
             self._idle.set()
 
     def _ready(self, nfrag: int, most: int) -> int:
-        agreeing = P.slots_used(self.cfg.window, nfrag)
         rounds = [int(r) for r in self.rounds]
         kept = self.scales.get(nfrag)
         ready = 0
@@ -529,7 +528,7 @@ class SlotStreamer:
                 if walked is None:
                     return ready
                 rounds[s] = walked
-            kept = _next_scales(kept, exps, agreeing)
+            kept = _next_scales(kept, exps, self.cfg.window)
             ready += 1
         return ready
 
@@ -635,8 +634,7 @@ class SlotStreamer:
         if call.predicted is not None:
             self.stats.speculated += call.nfrag
             self.stats.spec_missed += call.missed
-        kept = _next_scales(self.scales.pop(call.nfrag, None), call.exponents(),
-                            P.slots_used(self.cfg.window, call.nfrag))
+        kept = _next_scales(self.scales.pop(call.nfrag, None), call.exponents(), self.cfg.window)
         if kept is not None:
             self.stats.spec_declined += not kept[1]
             self.scales[call.nfrag] = kept

@@ -61,7 +61,7 @@ def pack_batch(values: np.ndarray, pool: int = 0, **fields: int | np.ndarray) ->
     if "version" not in fields:
         rnd = fields.get("round", 0)
         _check_range("round", rnd, 32)
-        fields = {**fields, "version": (np.asarray(rnd) & 1) | (P.pool_epoch(pool) << 1)}
+        fields = {**fields, "version": P.version_of(pool, np.asarray(rnd))}
     elif "round" not in fields:
         fields = {**fields, "round": np.asarray(fields["version"]) & 1}
     for f in P.HEADER_FIELDS:
