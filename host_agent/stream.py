@@ -104,6 +104,10 @@ class StreamConfig:
     # its last call in the old pool could not keep the new pool's results that arrive
     # meanwhile (host_agent.pool_move).
     wait_first: bool = False
+    # Gathering results (SlotStreamer._gather): after a pass of the window's loop that took
+    # few results while many packets are in flight, wait up to this long for more, so that
+    # each pass takes a batch. 0: never wait.
+    gather_max: float = 0.005
 
     @property
     def complete(self) -> int:
@@ -126,6 +130,9 @@ class StreamStats:
     speculated: int = 0  # fragments sent at a speculative scale (no exponent packet)
     spec_missed: int = 0  # ... whose speculation did not hold: sent again
     spec_declined: int = 0  # calls after which the next of that size agrees first instead
+    passes: int = 0  # passes of the window's loop that took results
+    gathers: int = 0  # ... after which it waited for more (SlotStreamer._gather)
+    gathered_s: float = 0.0  # ... for this long in all
 
 
 class _Call:
@@ -332,6 +339,10 @@ def _next_scales(kept: tuple[np.ndarray, bool] | None, exps: np.ndarray, window:
 # Results kept for rounds not sent yet: a whole large call's worth (4M values at K=64).
 _EARLY_MAX = 1 << 16
 _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at a time
+# SlotStreamer._gather: with at least _GATHER_IN_FLIGHT packets in flight, a pass that took
+# fewer than an _GATHER_SHARE-th of them waits for more, at most a _GATHER_DRAIN-th of the
+# time the packets in flight take to come back at the call's rate.
+_GATHER_IN_FLIGHT, _GATHER_SHARE, _GATHER_DRAIN = 32, 8, 4
 
 
 def _median(a: np.ndarray) -> float:
@@ -585,18 +596,23 @@ class SlotStreamer:
         # transmission known to have been summed by every host; a packet last sent before it
         # and still unanswered was lost. Silence is answered by one probe per timer period.
         mark = -1
-        last_progress = probe_ref = time.monotonic()
-        probes = 0
+        last_progress = probe_ref = started = time.monotonic()
+        probes = taken = 0
+        results0 = self.stats.results
         while call.pending.any():
             wake = self._probe_due(probe_ref, probes)
             if patience is not None:
                 waiting = call.pending & ~call.close & ~call.abstaining
                 if waiting.any():
                     wake = min(wake, float(call.first_sent[waiting].min()) + patience)
+            if taken:
+                self._gather(call, taken, self.stats.results - results0, started, wake)
             rows, other = self._receive(max(wake - time.monotonic(), 0.0))
             slots, frags, recs, newest = self._collect(rows, other, call)
+            taken = slots.size
             now = time.monotonic()
             if slots.size:
+                self.stats.passes += 1
                 call.close_next[slots] = call.waited[slots] & (
                     recs["num_contrib"].astype(np.int64) < self.cfg.complete)
                 if self.cfg.patience_min is not None:
@@ -640,6 +656,37 @@ class SlotStreamer:
             self.scales[call.nfrag] = kept
             while len(self.scales) > _SCALES_KEPT:
                 self.scales.popitem(last=False)
+
+    def _gather(self, call: _Call, taken: int, results: int, started: float,
+                wake: float) -> None:
+        """After a pass that took `taken` results (`results` in the call so far, which began
+        at `started`): sleep while more arrive, if few came and many packets are in flight.
+        A pass of the loop costs about the same 0.15 ms of numpy calls for one result as for
+        a hundred; results come at the pace of the slowest link or switch, often a few at a
+        time, and a pass per few results spends the host's CPU on that fixed cost (on a
+        machine the switches share, theirs too). The packets in flight keep the links and
+        the switches busy meanwhile: the pause is at most a quarter of the time they take to
+        come back at the call's rate, a quarter of the call so far and `gather_max`, and
+        never runs past `wake` (a probe or the patience). Loss is found by the order results
+        come in, not by time, so a pause cannot make a packet look lost. With fewer than
+        _GATHER_IN_FLIGHT packets in flight (a small call, or a call's last packets) every
+        result is taken at once."""
+        limit = self.cfg.gather_max
+        if limit <= 0 or results <= 0:
+            return
+        in_flight = int(np.count_nonzero(call.pending))
+        if in_flight < _GATHER_IN_FLIGHT or taken * _GATHER_SHARE >= in_flight:
+            return
+        now = time.monotonic()
+        elapsed = max(now - started, 1e-6)
+        rate = results / elapsed  # results per second in this call so far
+        # (Nor longer than a quarter of the call so far: a short call's first results may
+        # come before the rate is known.)
+        pause = min(min(in_flight / rate, elapsed) / _GATHER_DRAIN, limit, wake - now)
+        if pause > 0:
+            time.sleep(pause)
+            self.stats.gathers += 1
+            self.stats.gathered_s += pause
 
     def patience_now(self) -> float | None:
         """How long a packet waits for the other hosts before it asks for CLOSE (None:

@@ -207,7 +207,12 @@ def _stream_counts(stats) -> dict:
             "rotated": stats.rotated if stats else 0,
             # fragments sent at a speculative scale, and those of them sent again
             "speculated": stats.speculated if stats else 0,
-            "spec_missed": stats.spec_missed if stats else 0}
+            "spec_missed": stats.spec_missed if stats else 0,
+            # passes of the window's loop that took results, those after which it waited
+            # for more (host_agent.stream, gathering), and how long it waited in all
+            "passes": stats.passes if stats else 0,
+            "gathers": stats.gathers if stats else 0,
+            "gathered_s": stats.gathered_s if stats else 0.0}
 
 
 def _train(allreduce, ranks, args: dict, stats) -> dict:
