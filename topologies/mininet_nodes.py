@@ -10,13 +10,41 @@ import sys
 import time
 from pathlib import Path
 
+from mininet.link import TCIntf, TCLink
 from mininet.node import Switch
+
+from topologies.link_rate import htb_class_options
 
 GRPC_PORT_BASE = 50001
 # What makes libpcap size its ring's slots for 64 KiB frames (PassingSwitch._no_offload), as
 # `ethtool -k` names them.
 _OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload",
              "generic-receive-offload", "large-receive-offload", "udp-fragmentation-offload")
+
+
+class QuietTCIntf(TCIntf):
+    """Mininet's shaped interface, its htb class with the quantum set (link_rate.HTB_QUANTUM):
+    otherwise tc warns at every rate above 20 Mbit/s and Mininet prints each warning as an
+    error."""
+
+    def bwCmds(self, bw=None, **kwargs):  # noqa: N802 - Mininet's name
+        cmds, parent = super().bwCmds(bw=bw, **kwargs)
+        if not bw or kwargs.get("use_hfsc") or kwargs.get("use_tbf"):
+            return cmds, parent
+        plain = f"htb rate {bw:f}Mbit burst 15k"
+        if not any(c.endswith(plain) for c in cmds):
+            raise RuntimeError(f"Mininet's htb class is not {plain!r}: {cmds}")
+        return [c[:-len(plain)] + "htb " + htb_class_options(bw) if c.endswith(plain) else c
+                for c in cmds], parent
+
+
+class QuietTCLink(TCLink):
+    """TCLink with QuietTCIntf at both ends."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("cls1", QuietTCIntf)
+        kwargs.setdefault("cls2", QuietTCIntf)
+        super().__init__(*args, **kwargs)
 
 
 def bmv2_available() -> bool:

@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-from mininet.link import TCLink
 from mininet.net import Mininet
 
 from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
@@ -31,7 +30,13 @@ from topologies import link_loss, link_rate, training
 from topologies.agent_servers import AgentServers
 from topologies.exclusive import NetworkLock
 from topologies.management import MGMT_SUBNET, ManagementNetwork, ParamsService
-from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, pick_target
+from topologies.mininet_nodes import (
+    GRPC_PORT_BASE,
+    BMv2Switch,
+    ModelSwitch,
+    QuietTCLink,
+    pick_target,
+)
 
 INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
 # Slots per switch of a job made here without a window (the default job of `make
@@ -97,7 +102,7 @@ class PassingNetwork:
             # BMv2 starts without a program; the controller pushes this build to it.
             if p4build.build(BUILD_DIR):
                 print(f"*** compiled the P4 program into {BUILD_DIR}")
-        net = Mininet(build=False, controller=None, link=TCLink, autoSetMacs=False)
+        net = Mininet(build=False, controller=None, link=QuietTCLink, autoSetMacs=False)
         self.net = net
         cls = BMv2Switch if self.target == "bmv2" else ModelSwitch
         for s in self.topo.switches.values():

@@ -89,6 +89,11 @@ def _class_bytes(intf) -> int:
     return int(out.split("Sent ", 1)[1].split()[0])
 
 
+def _quantum(intf) -> int:
+    out = intf.node.cmd(f"tc -d class show dev {intf.name}")
+    return int(out.split(" quantum ", 1)[1].split()[0])
+
+
 def test_links_reshaped_live_take_the_new_rate_and_keep_the_hosts_offloads_off(network,
                                                                                  tmp_path):
     """bench.sweep measures several link rates on one network (PassingNetwork.set_link_rates):
@@ -108,8 +113,12 @@ def test_links_reshaped_live_take_the_new_rate_and_keep_the_hosts_offloads_off(n
         pnet.set_link_rates(star)
     ends = [i for ln in pnet.net.links for i in (ln.intf1, ln.intf2)]
     assert len(ends) == 12 and {link_rate.rate(i) for i in ends} == {100.0}
+    # Built and re-shaped alike: htb's quantum set (no warning for Mininet to print as an
+    # error at every start), the rest as Mininet's TCLink has it.
+    assert {_quantum(i) for i in ends} == {link_rate.HTB_QUANTUM}
     pnet.set_link_rates(load(slow))
     assert {link_rate.rate(i) for i in ends} == {5.0}
+    assert {_quantum(i) for i in ends} == {link_rate.HTB_QUANTUM}
     pnet.create_job(1)  # the target's default window, on every switch
     assert {p.size for p in pnet.ctl.job(1).pools} == \
         {network_module.DEFAULT_WINDOWS[pnet.target]}
