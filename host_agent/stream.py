@@ -341,8 +341,9 @@ _EARLY_MAX = 1 << 16
 _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at a time
 # SlotStreamer._gather: with at least _GATHER_IN_FLIGHT packets in flight, a pass that took
 # fewer than an _GATHER_SHARE-th of them waits for more, at most a _GATHER_DRAIN-th of the
-# time the packets in flight take to come back at the call's rate.
-_GATHER_IN_FLIGHT, _GATHER_SHARE, _GATHER_DRAIN = 32, 8, 4
+# time they spend in queues; never less than _GATHER_MIN_S (a shorter sleep overshoots by
+# more than itself: the kernel's timer slack is 50 us).
+_GATHER_IN_FLIGHT, _GATHER_SHARE, _GATHER_DRAIN, _GATHER_MIN_S = 32, 8, 4, 0.0002
 
 
 def _median(a: np.ndarray) -> float:
@@ -375,6 +376,10 @@ class SlotStreamer:
         # delay.
         self.srtt: float | None = None
         self.rttvar = 0.0
+        # The least round trip of a result taken without a pause before it (_gather): the
+        # path's own, without queues.
+        self.min_rtt: float | None = None
+        self._paused = False  # the last receive followed a pause (its samples are late)
         self.rto = cfg.rto
         self._seq = 0  # numbers every transmission, in order (see _resend_overtaken)
         self.broken: str | None = None  # why this session cannot be used any more
@@ -664,29 +669,33 @@ class SlotStreamer:
         A pass of the loop costs about the same 0.15 ms of numpy calls for one result as for
         a hundred; results come at the pace of the slowest link or switch, often a few at a
         time, and a pass per few results spends the host's CPU on that fixed cost (on a
-        machine the switches share, theirs too). The packets in flight keep the links and
-        the switches busy meanwhile: the pause is at most a quarter of the time they take to
-        come back at the call's rate, a quarter of the call so far and `gather_max`, and
-        never runs past `wake` (a probe or the patience). Loss is found by the order results
-        come in, not by time, so a pause cannot make a packet look lost. With fewer than
-        _GATHER_IN_FLIGHT packets in flight (a small call, or a call's last packets) every
-        result is taken at once."""
+        machine the switches share, theirs too). The pause must not leave a link idle, so it
+        is taken only from time the packets in flight spend waiting in queues: by Little's
+        law they come back in in_flight / rate seconds, of which the path's own round trip
+        (min_rtt) is not queueing; a window that only fills the path (no queue) never
+        waits. At most a quarter of that, a quarter of the call so far and `gather_max`, at
+        least _GATHER_MIN_S, and never past `wake` (a probe or the patience). Loss is found
+        by the order results come in, not by time, so a pause cannot make a packet look
+        lost. With fewer than _GATHER_IN_FLIGHT packets in flight (a small call, or a call's
+        last packets) every result is taken at once."""
         limit = self.cfg.gather_max
-        if limit <= 0 or results <= 0:
+        if limit <= 0 or results <= 0 or self.min_rtt is None:
             return
         in_flight = int(np.count_nonzero(call.pending))
         if in_flight < _GATHER_IN_FLIGHT or taken * _GATHER_SHARE >= in_flight:
             return
         now = time.monotonic()
-        elapsed = max(now - started, 1e-6)
-        rate = results / elapsed  # results per second in this call so far
-        # (Nor longer than a quarter of the call so far: a short call's first results may
-        # come before the rate is known.)
-        pause = min(min(in_flight / rate, elapsed) / _GATHER_DRAIN, limit, wake - now)
-        if pause > 0:
-            time.sleep(pause)
-            self.stats.gathers += 1
-            self.stats.gathered_s += pause
+        elapsed = now - started
+        # Results per second since the first could have come back.
+        rate = results / max(elapsed - self.min_rtt, 1e-6)
+        queued = in_flight / rate - self.min_rtt
+        pause = min(min(queued, elapsed) / _GATHER_DRAIN, limit, wake - now)
+        if pause < _GATHER_MIN_S:
+            return
+        time.sleep(pause)
+        self.stats.gathers += 1
+        self.stats.gathered_s += time.monotonic() - now
+        self._paused = True
 
     def patience_now(self) -> float | None:
         """How long a packet waits for the other hosts before it asks for CLOSE (None:
@@ -1000,7 +1009,12 @@ class SlotStreamer:
         now = time.monotonic()
         clean = ~call.resent[slots]  # Karn: a resent packet's round trip is ambiguous
         if clean.any():
-            self._sample_rtt(_median(now - call.sent[slots[clean]]))
+            rtts = now - call.sent[slots[clean]]
+            self._sample_rtt(_median(rtts))
+            if not self._paused:  # (after a pause a result may have waited up to its length)
+                least = float(rtts.min())
+                self.min_rtt = least if self.min_rtt is None else min(self.min_rtt, least)
+        self._paused = False
         # A probe's answer comes after every older packet's would: its own transmission
         # counts. Any other answer may be the first transmission's, so only that counts.
         newest = int(np.max(np.where(call.probed[slots], call.last_seq[slots],

@@ -80,6 +80,11 @@ def parser() -> argparse.ArgumentParser:
                          "(default 0.05)")
     ap.add_argument("--min-rto", type=float, default=0.02,
                     help="lower bound of the measured retransmission timeout (default 0.02)")
+    ap.add_argument("--gather-max", type=float, default=RunOptions.gather_max,
+                    metavar="SECONDS",
+                    help="passing and ina: the longest a host waits for more results after a "
+                         "pass that took few while many packets wait in queues "
+                         "(docs/host_agent.md, \"Gathering\"; default 0.005; 0: never)")
     ap.add_argument("--timeout", type=float, default=10.0,
                     help="give up after this many seconds without progress (default 10)")
     ap.add_argument("--strategy", choices=STRATEGIES, default="passing",
@@ -128,6 +133,8 @@ def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse
         ap.error("--iters must be at least 1")
     if args.warmup < 0:
         ap.error("--warmup must be a number of calls (0: none)")
+    if not 0 <= args.gather_max <= 1:  # (NaN too)
+        ap.error("--gather-max must be seconds, from 0 (never) to 1")
     try:
         poll = pool_poll()
     except JobSourceError as e:
@@ -145,7 +152,7 @@ def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse
                  "pip install 'passing[bench]' or pip install scikit-learn")
     opts = RunOptions(size=args.size, iters=args.iters, warmup=args.warmup, seed=args.seed,
                       rto=args.rto, timeout=args.timeout, min_rto=args.min_rto,
-                      strategy=args.strategy,
+                      gather_max=args.gather_max, strategy=args.strategy,
                       ifname=args.ifname, rendezvous_port=args.rendezvous_port,
                       rendezvous_timeout=args.rendezvous_timeout, train_steps=args.train,
                       global_batch=args.global_batch, model=args.model,

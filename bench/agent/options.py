@@ -21,6 +21,7 @@ class RunOptions:
     rto: float = 0.05
     timeout: float = 10.0
     min_rto: float = 0.02
+    gather_max: float = 0.005  # host_agent.stream's StreamConfig.gather_max (0: no gathering)
     strategy: str = "passing"
     ifname: str | None = None
     rendezvous_port: int | None = None  # None: 29500 + job id

@@ -98,6 +98,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         host_index = params.host_index(host)
         ranks = strategies.Ranks(host_index, rank, [params.host(h).local_gpus for h in hosts])
         stream = dict(rto=args["rto"], min_rto=min(args["min_rto"], args["rto"]),
+                      gather_max=args["gather_max"],
                       deadline=args["timeout"])
         # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
         # the code path is the same (PassingAllreduce moves the leader's sum to the CPU).

@@ -52,15 +52,19 @@ def agent(*args: str, python: tuple[str, ...] = ("-m", "bench.agent.cli"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_two_hosts_get_the_correct_sum(params_file):
+@pytest.mark.parametrize("gather", [[], ["--gather-max", "0"]])
+def test_two_hosts_get_the_correct_sum(params_file, gather):
     procs = [agent("--params", str(params_file), "--host", h, "--size", "3K", "--iters", "2",
-                   "--json") for h in ("h1", "h2")]
+                   "--json", *gather) for h in ("h1", "h2")]
     outs = [p.communicate(timeout=240) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
         res = json.loads(out)
         assert res["correct"] and res["contributors"] == 4 and res["local_ranks"] == 2
         assert res["size"] == 3072 and res["goodput_gbps"] > 0
+        assert res["passes"] > 0  # the leader's loop, reported
+        if gather:
+            assert res["gathers"] == 0 and res["gathered_s"] == 0
 
 
 def test_the_job_and_host_from_the_environment(params_file):
@@ -81,7 +85,9 @@ def test_no_job_anywhere_says_where_to_give_it():
 def test_bad_arguments_exit_2(params_file):
     for args, message in [(["--host", "h9"], "h9 is not in job"),
                           (["--host", "h1", "--size", "4X"], "size must be"),
-                          (["--host", "h1", "--iters", "0"], "--iters must be")]:
+                          (["--host", "h1", "--iters", "0"], "--iters must be"),
+                          (["--host", "h1", "--gather-max", "-1"], "--gather-max must be"),
+                          (["--host", "h1", "--gather-max", "nan"], "--gather-max must be")]:
         p = agent("--params", str(params_file), *args)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 2 and message in err, err

@@ -64,6 +64,20 @@ def test_results_that_trickle_in_are_taken_in_batches_and_every_sum_is_right():
         assert st.passes * 4 <= st.results, st
 
 
+def test_losses_are_found_and_recovered_while_results_are_gathered():
+    """1% of the packets and results lost, results trickling in: the order rule still finds
+    every loss (the pauses change when a host launches, not the order), and every sum of
+    three calls is right."""
+    tensors = random_tensors(3, 600 * P.K, seed=13)
+    switch = LoopbackSwitch(3, slots=256, loss=0.01, seed=5)
+    results, streamers = run_hosts(switch, tensors, calls=3, window=256, rto=0.05,
+                                   wrap=lambda port, t: Paced(t, 4000.0))
+    check(results, tensors)
+    assert switch.dropped > 0
+    assert sum(s.stats.fast_retransmissions for s in streamers) > 0
+    assert all(s.stats.gathers > 0 for s in streamers)
+
+
 def test_without_gathering_a_call_never_waits():
     tensors = random_tensors(2, 300 * P.K, seed=12)
     switch = LoopbackSwitch(2, slots=256)
@@ -87,9 +101,11 @@ def test_with_few_packets_in_flight_every_result_is_taken_at_once():
 
 
 def test_a_pause_stays_within_its_bounds(monkeypatch):
-    """What one pause may be: at most gather_max, a quarter of the time the packets in flight
-    take to come back at the call's rate, a quarter of the call so far, and never past the
-    next probe or patience deadline; none after a pass that took an eighth of them or more."""
+    """What one pause may be: at most a quarter of the time the packets in flight spend in
+    queues (their return time at the call's rate, less the path's own round trip), a quarter
+    of the call so far and gather_max, never past the next probe or patience deadline, and
+    none shorter than 0.2 ms; none after a pass that took an eighth of them or more, none
+    with fewer than 32 in flight, none before a round trip has been measured."""
     asked: list[float] = []
     monkeypatch.setattr(stream_mod.time, "sleep", asked.append)
     switch = LoopbackSwitch(1, slots=256)
@@ -101,6 +117,9 @@ def test_a_pause_stays_within_its_bounds(monkeypatch):
     assert call.used == 256
     call.pending[:] = True
     now = time.monotonic()
+    streamer._gather(call, 1, 1000, now - 1.0, now + 10.0)
+    assert asked == []  # no round trip measured yet
+    streamer.min_rtt = 0.0
     # 1,000 results in 1 s: the 256 in flight come back in 0.256 s; a quarter of that is
     # 64 ms, above gather_max.
     streamer._gather(call, 1, 1000, now - 1.0, now + 10.0)
@@ -111,12 +130,23 @@ def test_a_pause_stays_within_its_bounds(monkeypatch):
     # 100,000 results a second: the 256 in flight take 2.56 ms, a quarter of that 0.64 ms.
     streamer._gather(call, 1, 100_000, now - 1.0, now + 10.0)
     assert 0.00064 <= asked[-1] <= 0.00065
-    # A probe due in 0.2 ms.
-    streamer._gather(call, 1, 1000, now - 1.0, time.monotonic() + 0.0002)
-    assert 0 < asked[-1] <= 0.0002
+    # The path's own round trip is not queueing: 1,000 results in the 1 s after the first
+    # could come back (a round trip of 0.252 s), so 0.256 s for the 256 in flight, all but
+    # 4 ms of it the path's.
+    streamer.min_rtt = 0.252
+    streamer._gather(call, 1, 1000, now - 1.252, now + 10.0)
+    assert 0.00099 <= asked[-1] <= 0.00101
+    # A probe due in 0.5 ms.
+    streamer.min_rtt = 0.0
+    streamer._gather(call, 1, 1000, now - 1.0, time.monotonic() + 0.0005)
+    assert 0.0002 <= asked[-1] <= 0.0005
     n = len(asked)
+    streamer._gather(call, 1, 1000, now - 1.0, time.monotonic() + 0.0001)  # too short a pause
     streamer._gather(call, 1, 1000, now - 1.0, time.monotonic() - 0.001)  # already due
     streamer._gather(call, 256 // 8, 1000, now - 1.0, now + 10.0)  # a batch: no pause
+    streamer.min_rtt = 0.256  # a window that only fills the path: nothing queued
+    streamer._gather(call, 1, 1000, now - 1.256, now + 10.0)
+    streamer.min_rtt = 0.0
     call.pending[stream_mod._GATHER_IN_FLIGHT - 1:] = False
     streamer._gather(call, 1, 1000, now - 1.0, now + 10.0)  # too few in flight
     assert len(asked) == n
