@@ -4,9 +4,9 @@ torch in every rank) for each.
 
 The shaping is the one the network's links install at start (Mininet's TCLink: an htb root with
 one class; its quantum set, see HTB_QUANTUM), so a re-shaped link is shaped exactly as a freshly
-built one. Mininet's own TCIntf.config is not
-used for it: it also switches the interface's checksum offloads back on, which the hosts need
-off (topologies/network.py) and the switches' capture must not see (mininet_nodes.py). Every
+built one. Mininet's own TCIntf.config is not used for it: it also switches the interface's
+checksum offloads back on, which the hosts need off (topologies/network.py) and the switches'
+capture must not see (mininet_nodes.py). Every
 change is read back from the kernel: a link that silently kept its old rate would put a wrong
 bandwidth beside every number measured on it."""
 

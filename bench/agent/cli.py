@@ -84,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
                     metavar="SECONDS",
                     help="passing and ina: the longest a host waits for more results after a "
                          "pass that took few while many packets wait in queues "
-                         "(docs/host_agent.md, \"Gathering\"; default 0.005; 0: never)")
+                         f"(docs/host_agent.md, \"Gathering\"; default {RunOptions.gather_max:g}; "
+                         "0: never)")
     ap.add_argument("--timeout", type=float, default=10.0,
                     help="give up after this many seconds without progress (default 10)")
     ap.add_argument("--strategy", choices=STRATEGIES, default="passing",

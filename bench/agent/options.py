@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.workloads import train_budget_s
+from host_agent.stream import StreamConfig
 
 IDLE_GRACE_S = 10.0  # how long ranks may take to tear a command down after the leader reported
 
@@ -21,7 +22,7 @@ class RunOptions:
     rto: float = 0.05
     timeout: float = 10.0
     min_rto: float = 0.02
-    gather_max: float = 0.005  # host_agent.stream's StreamConfig.gather_max (0: no gathering)
+    gather_max: float = StreamConfig.gather_max  # (0: no gathering)
     strategy: str = "passing"
     ifname: str | None = None
     rendezvous_port: int | None = None  # None: 29500 + job id
