@@ -7,12 +7,12 @@ flooded; it counts the frames that come out in a fixed time. Plain forwarding: e
 sent from port 1 to a MAC on port 3 comes out once. Aggregation: hosts on ports 1 and 2 stream
 contributions of a fan-in-2 job over a pool of slots, round after round; each completed
 slot leaves once per member, so frames out = packets processed. Both use frames of
-passing.protocol.FRAME_BYTES (326 bytes at K=64, 1094 at K=256), so values/s = aggregation
-packets/s x K compares values per packet (PASSING_K) on one target.
+passing.protocol.FRAME_BYTES (326 bytes at K=64, 1094 at K=256, 1350 at K=320), so
+values/s = aggregation packets/s x K compares values per packet (PASSING_K) on one target.
 
     python -m bench.switch_pps --target bmv2     # needs `make build` and simple_switch_grpc, root
     python -m bench.switch_pps --target model
-    PASSING_K=256 python -m bench.switch_pps --target bmv2   # K values per packet
+    PASSING_K=128 python -m bench.switch_pps --target bmv2   # K values per packet
 """
 
 from __future__ import annotations

@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                "steps": steps, "final_loss": final_loss, "accuracy": accuracy,
                "iters_per_s": steps / elapsed if elapsed > 0 else 0.0,
                "weights_sum": weights_sum}
+    # Every rank is done sending before any tears its connections down: a gloo rank whose peer
+    # closed first sometimes aborted at exit ("terminate called without an active exception").
+    del ddp
+    dist.barrier()
     dist.destroy_process_group()
     print(json.dumps(summary) if args.json else
           f"rank {rank}: loss {final_loss:.4f}, accuracy {accuracy:.3f}, "

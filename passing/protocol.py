@@ -5,7 +5,7 @@ Everything else derives from this file: the numpy packer (`passing.packet`), the
 disagrees with anything here. `docs/protocol.md` documents the same fields in prose.
 
 K, the values per packet, is the one number chosen per deployment: from the environment variable
-PASSING_K (64, 128 or 256), read here at import; the P4 build is compiled with the same K
+PASSING_K (64, 128, 256 or 320), read here at import; the P4 build is compiled with the same K
 (`passing.p4build`), and an unsupported K stops any import of this module with KError.
 """
 
@@ -25,11 +25,11 @@ PASSING_UDP_PORT = 48879
 # 32-bit value is one lane of a 2048-bit register word (WORD_BITS, the widest register p4c
 # accepts); the switch adds the 64 lanes of a word in one lane-parallel (SWAR) operation, so a
 # packet costs VALUE_WORDS register reads, adds and writes. K is a multiple of 64 so that words
-# are full; 256 (a 1094-byte frame) is the largest whose frame fits a 1500-byte MTU: 512 would
-# need 2118 bytes.
+# are full; 320 (a 1350-byte frame) is the largest whose frame fits a 1500-byte MTU: 384 would
+# need 1606 bytes.
 K_ENV = "PASSING_K"
-K_CHOICES = (64, 128, 256)
-DEFAULT_K = 256
+K_CHOICES = (64, 128, 256, 320)
+DEFAULT_K = 320
 VALUE_BITS = 32
 WORD_BITS = 2048
 LANES_PER_WORD = WORD_BITS // VALUE_BITS

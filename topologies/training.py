@@ -82,10 +82,18 @@ def tagged_pids(tag: str) -> list[int]:
 def kill_tagged(tag: str, rounds: int = 20) -> int:
     """SIGKILL every process of that tag, until none is left; how many were killed."""
     killed = 0
+    empty = 0
     for _ in range(rounds):
         pids = [p for p in tagged_pids(tag) if p != os.getpid()]
         if not pids:
-            break
+            # A process in the middle of an exec shows no environment: only a second empty scan
+            # says none is left.
+            empty += 1
+            if empty == 2:
+                break
+            time.sleep(0.05)
+            continue
+        empty = 0
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -145,6 +145,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         MERGE_WORD(2)
         MERGE_WORD(3)
 #endif
+#if VALUE_WORDS > 4
+        MERGE_WORD(4)
+#endif
 
         bit<8> ex = overwrite ? hdr.passing.exp :
                     ((is_new && hdr.passing.exp > cur[47:40]) ? hdr.passing.exp : cur[47:40]);

@@ -7,12 +7,13 @@
  * passing.protocol.K (environment variable PASSING_K), so the program and the Python side are
  * built from one number. This default serves a bare p4c run and equals protocol.DEFAULT_K. */
 #ifndef PASSING_K
-#define PASSING_K 256
+#define PASSING_K 320
 #endif
 
 /* 64 lanes x 32 bits fill one 2048-bit word, the widest register p4c accepts; a slot's K values
  * are VALUE_WORDS such words, each read, added and written with one primitive per packet (see
- * aggregation.p4). Only whole words: K is a multiple of 64, and at most 256 (a 1094-byte frame). */
+ * aggregation.p4). Only whole words: K is a multiple of 64, and at most 320 (a 1350-byte frame;
+ * 384 would need 1606 bytes, over a 1500-byte MTU). */
 #define WORD_BITS 2048
 #if PASSING_K == 64
 #define VALUE_WORDS 1
@@ -20,8 +21,10 @@
 #define VALUE_WORDS 2
 #elif PASSING_K == 256
 #define VALUE_WORDS 4
+#elif PASSING_K == 320
+#define VALUE_WORDS 5
 #else
-#error "PASSING_K must be 64, 128 or 256"
+#error "PASSING_K must be 64, 128, 256 or 320"
 #endif
 
 /* Slots per switch (each slot has two versions) and rows of per-job counters. */

@@ -66,6 +66,9 @@ header values_t {
     bit<WORD_BITS> w2;
     bit<WORD_BITS> w3;
 #endif
+#if VALUE_WORDS > 4
+    bit<WORD_BITS> w4;
+#endif
 }
 
 struct headers_t {

@@ -83,7 +83,7 @@ def test_bad_arguments_are_refused_before_anything_starts(args, says):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
 def test_a_run_under_heavy_loss_is_correct_and_resends(tmp_path):
-    """star as shipped, 64K values (256 fragments of K=256 per call and host): with 20% loss
+    """star as shipped, 64K values (205 fragments of K=320 per call and host): with 20% loss
     on every link some frames are lost in every call, and every result is still right."""
     out = tmp_path / "loss.json"
     res = subprocess.run([sys.executable, "-m", "bench.loss", "--topo", "star", "--size", "64K",

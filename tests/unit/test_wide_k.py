@@ -1,4 +1,4 @@
-"""K, the values per packet, is chosen with PASSING_K (64, 128 or 256) and everything derived
+"""K, the values per packet, is chosen with PASSING_K (64, 128, 256 or 320) and everything derived
 from it follows: this process runs one K, so the K-sensitive test modules run again here in a
 fresh interpreter at every other K (protocol, packer, scapy layer, SWAR lanes, the model's
 register layout, the P4 program as preprocessed for that K, and agents' streams through the
@@ -35,9 +35,9 @@ def test_k_comes_from_the_environment_with_a_default():
     assert P.FRAME_BYTES == 14 + 20 + 8 + 28 + 4 * P.K
 
 
-@pytest.mark.parametrize("bad", ["100", "32", "512", "0", "-64", "sixty-four", "64.0"])
+@pytest.mark.parametrize("bad", ["100", "32", "384", "512", "0", "-64", "sixty-four", "64.0"])
 def test_a_bad_k_is_refused_with_the_choices(bad):
-    with pytest.raises(P.KError, match=f"PASSING_K='{bad}': K .* must be one of 64, 128, 256"):
+    with pytest.raises(P.KError, match=f"PASSING_K='{bad}': K .* must be one of 64, 128, 256, 320"):
         P.k_from(bad)
 
 
@@ -45,7 +45,7 @@ def test_a_bad_k_stops_any_command():
     res = subprocess.run([sys.executable, "-c", "import passing.packet"], cwd=REPO,
                          env=env_with_k("100"), capture_output=True, text=True)
     assert res.returncode != 0
-    assert "KError: PASSING_K='100': K (values per packet) must be one of 64, 128, 256" \
+    assert "KError: PASSING_K='100': K (values per packet) must be one of 64, 128, 256, 320" \
         in res.stderr
 
 
