@@ -32,6 +32,7 @@ from bench.results import (
     group_label,
     group_runs,
     largest_passing_size,
+    link_busy,
     load_allreduce,
     load_training,
     main_group,
@@ -40,6 +41,7 @@ from bench.results import (
     train_label,
     training_by_group,
 )
+from topologies.link_rate import CPU_BOUND_BELOW
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
@@ -55,6 +57,7 @@ PLOT_CAPTIONS = {
     "scaling": "All-reduce time vs number of hosts / GPUs per host",
     "bandwidth": "All-reduce time vs link bandwidth",
     "training": "Training throughput and final accuracy",
+    "training_curves": "training_curves",
 }
 
 
@@ -136,6 +139,24 @@ def _group_table(runs: list[Run]) -> list[str]:
     return _md_table(header, rows)
 
 
+def _cpu_bound_line(runs: list[Run]) -> list[str]:
+    """Which runs this machine's CPU, not the emulated links, limited: the analytical model's
+    bound column is calibrated on one switch process alone, not on a fabric's switches and
+    agents sharing the cores."""
+    if not any(link_busy(r) is not None for r in runs):
+        return []
+    order = order_strategies(r.strategy for r in runs)
+    under = sorted(((r, b) for r in runs if (b := link_busy(r)) is not None
+                    and b < CPU_BOUND_BELOW),
+                   key=lambda rb: (rb[0].size_bytes, order.index(rb[0].strategy)))
+    limit = f"{CPU_BOUND_BELOW:.0%}"
+    if not under:
+        return [f"Every run's busiest host link was at least {limit} busy during a call.", ""]
+    named = ", ".join(f"{r.strategy} {format_size(r.size_bytes)} ({b:.0%})" for r, b in under)
+    return [f"**CPU-bound** (the busiest host link under {limit} busy during a call, so this "
+            f"machine's CPU, not the emulated links, set the time): {named}.", ""]
+
+
 def _traffic_table(runs: list[Run]) -> list[str]:
     """Bytes per host link and switch packets at the largest size: the traffic that explains
     the times (ring sends ~2x the tensor, PASSING/INA ~1x)."""
@@ -171,6 +192,7 @@ def _allreduce_section(runs: list[Run]) -> list[str]:
         title = group_label(key) + (" (main)" if key == main and len(groups) > 1 else "")
         lines += [f"### All-reduce: {title}", ""]
         lines += _group_table(groups[key]) + [""]
+        lines += _cpu_bound_line(groups[key])
         lines += _traffic_table(groups[key]) + [""]
     return lines
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from topologies import link_rate
+
 # Fixed order everywhere (tables, legends), PASSING first; unknown strategies follow sorted.
 STRATEGY_ORDER = ("passing", "ina", "ring", "hier-ring", "ps")
 
@@ -199,6 +201,14 @@ def speedups(at_size: dict[str, Run]) -> dict[str, float]:
     if p is None or not p.mean_s > 0:
         return {}
     return {s: r.mean_s / p.mean_s for s, r in at_size.items() if s != "passing"}
+
+
+def link_busy(r: Run) -> float | None:
+    """The share of its rate the busiest host link used during a call of the run (None on
+    unshaped links): under link_rate.CPU_BOUND_BELOW the link did not set the time."""
+    if not r.bw_mbps or not r.mean_s > 0:
+        return None
+    return link_rate.busy(max(r.host_tx_bytes, r.host_rx_bytes), r.mean_s, r.bw_mbps)
 
 
 def largest_passing_size(runs: Iterable[Run]) -> int | None:

@@ -50,6 +50,7 @@ from bench.workloads import DEFAULT_MODEL, MODELS
 from controller.counters import StatsCounters
 from controller.topology import load
 from passing.pipeline_files import topology_file
+from topologies import link_rate
 from topologies.exclusive import busy_message
 from topologies.network import INA_JOB_OFFSET, PassingNetwork
 
@@ -287,7 +288,7 @@ def run_scenario(pnet: PassingNetwork, sc: Scenario, rates: dict[str, Rates], wr
                     f"{n_hosts}x{sc.gpus} "
                     f"{size // KIB} KiB {strategy:9s}: {row['mean_s'] * 1e3:9.1f} ms "
                     f"(model {row['predicted_s'] * 1e3:9.1f} ms, {row['bound']}) "
-                    f"{'correct' if row['correct'] else 'WRONG'}")
+                    f"{'correct' if row['correct'] else 'WRONG'}{_busy_note(row)}")
         if sc.train_steps:
             for strategy in sc.strategies:
                 row = train(pnet, job_id, hosts, strategy, sc)
@@ -334,6 +335,15 @@ def call_plan(predicted_s: float, iters: int, long_call_s: float) -> tuple[int, 
     if long_call_s > 0 and predicted_s >= long_call_s:
         return 0, 1
     return 1, iters
+
+
+def _busy_note(row: dict) -> str:
+    """How busy the busiest host link was during a call; CPU-bound when under half."""
+    if not row["bw_mbps"] or not row["mean_s"] > 0:
+        return ""
+    b = link_rate.busy(max(row["host_tx_bytes"], row["host_rx_bytes"]), row["mean_s"],
+                       row["bw_mbps"])
+    return f", link {b:.0%} busy" + (": CPU-bound" if b < link_rate.CPU_BOUND_BELOW else "")
 
 
 def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricModel, size: int,

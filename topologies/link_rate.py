@@ -22,12 +22,20 @@ _RATE = re.compile(r"\brate (\d+(?:\.\d+)?)([KMG]?)bit\b")
 # an "*** Error" per shaped interface at every start. With one class per interface the
 # quantum shares nothing out, so its size changes no link's rate (it must be at least a frame).
 HTB_QUANTUM = 15000
+# Below this share of a shaped link's rate during a call, the link did not set the time: this
+# machine's CPU (switch processes, agents) did. make run-topology and make bench both say so.
+CPU_BOUND_BELOW = 0.5
 
 
 def htb_class_options(mbps: float) -> str:
     """The htb class of a link shaped to `mbps` Mbit/s: Mininet's TCLink's (rate, burst 15k)
     and HTB_QUANTUM; mininet_nodes.QuietTCIntf and set_rate both use it."""
     return f"rate {mbps:f}Mbit burst 15k quantum {HTB_QUANTUM}"
+
+
+def busy(bytes_per_call: float, seconds: float, mbps: float) -> float:
+    """The share of a `mbps` link's rate that `bytes_per_call` bytes in `seconds` used."""
+    return bytes_per_call * 8 / (seconds * mbps * 1e6)
 
 
 def rate(intf) -> float | None:

@@ -299,7 +299,7 @@ class PassingNetwork:
         bw = self.topo.hosts[host].link.bw
         report["link_mbps"] = bw or 0
         if bw:
-            report["link_busy"] = per_call * 8 / (report["mean_s"] * bw * 1e6)
+            report["link_busy"] = link_rate.busy(per_call, report["mean_s"], bw)
 
     def train(self, job_id: int | None = None, backend: str = "passing",
               nproc_per_node: int | None = None, script: str | Path | None = None,

@@ -35,10 +35,8 @@ from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
 from passing.pipeline_files import topology_file
 from topologies.exclusive import NetworkBusy
+from topologies.link_rate import CPU_BOUND_BELOW
 from topologies.network import DEFAULT_WINDOWS, PassingNetwork
-
-# Below this share of a shaped link's rate during a call, the link did not set the time.
-CPU_BOUND_BELOW = 0.5
 
 
 def report_allreduce(res: dict[str, dict]) -> bool:

@@ -320,3 +320,35 @@ def test_two_workloads_get_their_own_tables_times_to_accuracy_and_curves(
     assert "| 21.5 s |" in wide_table and "| not reached |" in wide_table
     assert "| 40.2 s |" in wide_table or "| 40.3 s |" in wide_table
     assert "| not measured |" in md[mlp:wide_at]
+
+
+def test_runs_whose_links_were_under_half_busy_are_named_cpu_bound(tmp_path):
+    """The analytical model's bound column can say "link" where the CPU set the time (it is
+    calibrated on one switch alone): the report names every run whose busiest host link was
+    under half busy during a call, with that share, and no other."""
+    def run(strategy, size, mean_s, tx, bw):
+        row = allreduce_row(strategy, size, 1.0, bw=bw)
+        row.update(mean_s=mean_s, host_tx_bytes=tx, host_rx_bytes=tx / 2)
+        return row
+    mib = 1 << 20
+    rows = [  # 100 Mbit/s: 1 MiB in 0.2 s is 42% busy, in 0.1 s 84%
+        run("passing", MIB, 0.2, mib, 100), run("ring", MIB, 0.1, mib, 100),
+        run("passing", 64 * KIB, 0.1, 0.3 * 12.5e6 * 0.1, 100),
+        # 1000 Mbit/s: every link at least half busy
+        run("passing", MIB, 0.01, 0.6 * 125e6 * 0.01, 1000),
+        # unshaped: nothing to say
+        run("passing", MIB, 0.01, mib, 0)]
+    csv_path = write_csv(tmp_path / "busy.csv", ALLREDUCE_COLUMNS, rows)
+    out = tmp_path / "r.md"
+    write_report(csv_path, None, [], out, {"date": "x"})
+    md = out.read_text()
+    shaped = md[md.index("### All-reduce: star/model, 4x2 GPUs, 100 Mbit/s"):]
+    shaped = shaped[:shaped.index("Traffic per all-reduce")]
+    assert ("**CPU-bound** (the busiest host link under 50% busy during a call, so this "
+            "machine's CPU, not the emulated links, set the time): passing 64 KiB (30%), "
+            "passing 1 MiB (42%).") in shaped
+    fast = md[md.index("### All-reduce: star/model, 4x2 GPUs, 1000 Mbit/s"):]
+    assert "Every run's busiest host link was at least 50% busy during a call." in \
+        fast[:fast.index("Traffic per all-reduce")]
+    unshaped = md[md.index("### All-reduce: star/model, 4x2 GPUs, unshaped"):]
+    assert "busy" not in unshaped[:unshaped.index("Traffic per all-reduce")]
