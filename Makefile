@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
 	@echo "make build         compile p4src/ with $(P4C) into $(BUILD)/k<K>/ (BMv2 JSON + P4Info"
-	@echo "                   text); K, values per packet: PASSING_K=64|128|256, see docs/protocol.md"
+	@echo "                   text); K, values per packet: PASSING_K=64|128|256|320 (default 320), docs/protocol.md"
 	@echo "make update-p4info build, then copy the P4Info to p4src/ (after changing p4src/)"
 	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
 	@echo "make test-other-k  the conformance suite (model, BMv2) at every K but PASSING_K's"
