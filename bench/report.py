@@ -143,11 +143,11 @@ def _cpu_bound_line(runs: list[Run]) -> list[str]:
     """Which runs this machine's CPU, not the emulated links, limited: the analytical model's
     bound column is calibrated on one switch process alone, not on a fabric's switches and
     agents sharing the cores."""
-    if not any(link_busy(r) is not None for r in runs):
+    shaped = [(r, b) for r in runs if (b := link_busy(r)) is not None]
+    if not shaped:
         return []
     order = order_strategies(r.strategy for r in runs)
-    under = sorted(((r, b) for r in runs if (b := link_busy(r)) is not None
-                    and b < CPU_BOUND_BELOW),
+    under = sorted(((r, b) for r, b in shaped if b < CPU_BOUND_BELOW),
                    key=lambda rb: (rb[0].size_bytes, order.index(rb[0].strategy)))
     limit = f"{CPU_BOUND_BELOW:.0%}"
     if not under:

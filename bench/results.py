@@ -203,12 +203,19 @@ def speedups(at_size: dict[str, Run]) -> dict[str, float]:
     return {s: r.mean_s / p.mean_s for s, r in at_size.items() if s != "passing"}
 
 
-def link_busy(r: Run) -> float | None:
-    """The share of its rate the busiest host link used during a call of the run (None on
-    unshaped links): under link_rate.CPU_BOUND_BELOW the link did not set the time."""
-    if not r.bw_mbps or not r.mean_s > 0:
+def host_link_busy(tx_bytes: float, rx_bytes: float, mean_s: float,
+                   bw_mbps: float) -> float | None:
+    """The share of its rate the busiest host link used during a call, from its bytes per call
+    each way (None on unshaped links or without a time): under link_rate.CPU_BOUND_BELOW the
+    link did not set the time."""
+    if not bw_mbps or not mean_s > 0:
         return None
-    return link_rate.busy(max(r.host_tx_bytes, r.host_rx_bytes), r.mean_s, r.bw_mbps)
+    return link_rate.busy(max(tx_bytes, rx_bytes), mean_s, bw_mbps)
+
+
+def link_busy(r: Run) -> float | None:
+    """host_link_busy of a run."""
+    return host_link_busy(r.host_tx_bytes, r.host_rx_bytes, r.mean_s, r.bw_mbps)
 
 
 def largest_passing_size(runs: Iterable[Run]) -> int | None:

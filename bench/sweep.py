@@ -339,10 +339,10 @@ def call_plan(predicted_s: float, iters: int, long_call_s: float) -> tuple[int, 
 
 def _busy_note(row: dict) -> str:
     """How busy the busiest host link was during a call; CPU-bound when under half."""
-    if not row["bw_mbps"] or not row["mean_s"] > 0:
+    b = results.host_link_busy(row["host_tx_bytes"], row["host_rx_bytes"], row["mean_s"],
+                               row["bw_mbps"])
+    if b is None:
         return ""
-    b = link_rate.busy(max(row["host_tx_bytes"], row["host_rx_bytes"]), row["mean_s"],
-                       row["bw_mbps"])
     return f", link {b:.0%} busy" + (": CPU-bound" if b < link_rate.CPU_BOUND_BELOW else "")
 
 
