@@ -4,8 +4,10 @@ network with the controller's parameter service, and PyTorch training with torch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -383,12 +385,7 @@ def test_killing_a_run_kills_every_process_with_its_tag():
     """Also those that left the process group and were reparented (torchrun's workers run in
     sessions of their own)."""
     tag = f"test-{time.monotonic_ns()}"
-    env = {"PATH": "/usr/bin:/bin", training.TAG_VAR: tag}
-    # The shell names its two children, so a miss says which process was not found and why.
-    proc = subprocess.Popen(["bash", "-c", "setsid sleep 60 & echo $!; sleep 60 & echo $!; wait"],
-                            env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        children = [int(proc.stdout.readline()), int(proc.stdout.readline())]
+    with _tagged_shell(tag) as (proc, children):
         expected = {proc.pid, *children}
         # Until a child has exec'd sleep its environment is read mid-exec, or not at all.
         deadline = time.monotonic() + 30
@@ -400,10 +397,6 @@ def test_killing_a_run_kills_every_process_with_its_tag():
             {pid: _process_state(pid, tag) for pid in expected}
         assert training.kill_tagged(tag) >= 3
         assert proc.wait(10) == -9 and training.tagged_pids(tag) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_run_killed_while_its_processes_start_leaves_none_behind():
@@ -411,12 +404,7 @@ def test_a_run_killed_while_its_processes_start_leaves_none_behind():
     shows no environment), none of them survives."""
     for attempt in range(5):
         tag = f"test-{time.monotonic_ns()}"
-        proc = subprocess.Popen(
-            ["bash", "-c", "setsid sleep 60 & echo $!; sleep 60 & echo $!; wait"],
-            env={"PATH": "/usr/bin:/bin", training.TAG_VAR: tag}, stdout=subprocess.PIPE,
-            text=True)
-        try:
-            children = [int(proc.stdout.readline()), int(proc.stdout.readline())]
+        with _tagged_shell(tag) as (proc, children):
             training.kill_tagged(tag)
             assert proc.wait(10) == -9
             deadline = time.monotonic() + 10
@@ -424,10 +412,28 @@ def test_a_run_killed_while_its_processes_start_leaves_none_behind():
                 time.sleep(0.05)
             assert {pid: _process_state(pid, tag) for pid in children if _alive(pid)} == {}, \
                 attempt
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+
+
+@contextlib.contextmanager
+def _tagged_shell(tag: str):
+    """A shell with the run's tag and two children, one in a session of its own; yields the
+    shell and its children's PIDs (it names them, so a miss says which process was not found
+    and why). On the way out it kills, by PID, whichever of the three a failed test left."""
+    proc = subprocess.Popen(["bash", "-c", "setsid sleep 60 & echo $!; sleep 60 & echo $!; wait"],
+                            env={"PATH": "/usr/bin:/bin", training.TAG_VAR: tag},
+                            stdout=subprocess.PIPE, text=True)
+    children: list[int] = []
+    try:
+        children += [int(proc.stdout.readline()), int(proc.stdout.readline())]
+        yield proc, children
+    finally:
+        for pid in children:
+            if _alive(pid) and _comm(pid) in ("setsid", "sleep"):  # still ours, not a reused PID
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
 
 
 def _comm(pid: int) -> str | None:
