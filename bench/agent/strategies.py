@@ -31,7 +31,18 @@ from passing.contract import JobParams
 
 __all__ = ["STRATEGIES", "InaAllreduce", "PassingAllreduce", "Ranks", "build"]
 
-PS_CHUNK_BYTES = 256 << 10  # the parameter server's pipelining unit
+# The parameter server's pipelining unit: about 1/PS_CHUNKS of the tensor, within bounds. The
+# server's link idles in one direction while the first chunk's pushes arrive and in the other
+# while the last one's pulls leave, so a call costs about (1 + 1/chunks) times its transfers;
+# one 256 KiB chunk for every tensor made a 256 KiB call take twice as long as it must.
+PS_CHUNKS = 16
+PS_CHUNK_MIN_BYTES = 4 << 10  # below this, per-chunk overhead outweighs the overlap
+PS_CHUNK_MAX_BYTES = 256 << 10
+
+
+def ps_chunk_bytes(nbytes: int) -> int:
+    """Bytes per chunk of a `nbytes` tensor in the parameter server's pipeline."""
+    return max(PS_CHUNK_MIN_BYTES, min(PS_CHUNK_MAX_BYTES, -(-nbytes // PS_CHUNKS)))
 
 
 @dataclass
@@ -129,7 +140,8 @@ def build(strategy: str, ranks: Ranks, params: JobParams, host: str,
         # and sends it back while the pushes of later chunks still arrive, so pushes and pulls
         # share the server's link in both directions instead of taking turns.
         flat = t.view(-1)
-        chunks = flat.split(max(1, PS_CHUNK_BYTES // flat.element_size()))
+        chunk = ps_chunk_bytes(flat.numel() * flat.element_size())
+        chunks = flat.split(max(1, chunk // flat.element_size()))
         if ranks.rank == server:
             bufs = {(c, r): torch.empty_like(ch) for c, ch in enumerate(chunks) for r in others}
             pushes = {k: dist.irecv(buf, src=k[1], tag=k[0]) for k, buf in bufs.items()}

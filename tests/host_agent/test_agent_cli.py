@@ -189,9 +189,11 @@ def test_one_host_restarting_alone_gets_no_session_and_the_other_fails(loopback)
 
 @pytest.mark.parametrize("strategy", ["ring", "hier-ring", "ps"])
 def test_baseline_strategies_get_the_same_correct_sum(params_file, strategy):
-    # 150K values = 600 KB: several of the parameter server's 256 KB chunks, the last one short.
+    # 150K + 1 values: the parameter server's pipeline has 16 chunks of 9,600 and a 17th of one
+    # value (bench/agent/strategies.ps_chunk_bytes); pushes, pulls and the server's sums must
+    # split the tensor alike down to that last value.
     port = str(free_tcp_port())
-    procs = [agent("--params", str(params_file), "--host", h, "--size", "150K", "--iters", "1",
+    procs = [agent("--params", str(params_file), "--host", h, "--size", "153601", "--iters", "1",
                    "--strategy", strategy, "--ifname", "lo", "--rendezvous-port", port,
                    "--json") for h in ("h1", "h2")]
     outs = [p.communicate(timeout=240) for p in procs]
