@@ -9,6 +9,7 @@ directions, is an nftables rule in the host's namespace (this kernel has no nete
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 
@@ -51,7 +52,8 @@ class NetnsHosts:
             raise
 
     def set_loss(self, percent: float) -> None:
-        """Drop `percent` % of the UDP packets leaving and arriving at every host."""
+        """Drop `percent` % of the UDP packets leaving and arriving at every host on its link
+        (eth0), and count them: `dropped()`."""
         for ns in self.ns.values():
             subprocess.run(["ip", "netns", "exec", ns, "nft", "flush", "ruleset"], check=True)
             if percent <= 0:
@@ -59,10 +61,21 @@ class NetnsHosts:
             p = int(round(percent * 100))
             rules = "table inet loss {\n" + "".join(
                 f"  chain {hook} {{\n    type filter hook {hook} priority 0;\n"
-                f"    meta l4proto udp numgen random mod 10000 < {p} drop\n  }}\n"
-                for hook in ("input", "output")) + "}\n"
+                f"    {way} \"eth0\" meta l4proto udp numgen random mod 10000 < {p} "
+                f"counter drop\n  }}\n"
+                for hook, way in (("input", "iifname"), ("output", "oifname"))) + "}\n"
             subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules,
                            text=True, check=True)
+
+    def dropped(self) -> int:
+        """UDP packets the loss rules have dropped, all hosts and both directions together
+        (0 with no loss set): a test that asks for recovery must know there was loss."""
+        total = 0
+        for ns in self.ns.values():
+            out = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "ruleset"],
+                                 check=True, capture_output=True, text=True).stdout
+            total += sum(int(n) for n in re.findall(r"counter packets (\d+)", out))
+        return total
 
     def popen(self, host: str, cmd: Sequence[str], **kw) -> subprocess.Popen:
         return subprocess.Popen(["ip", "netns", "exec", self.ns[host], *cmd], **kw)
