@@ -27,6 +27,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from host_agent.listener import wait_for_listener
+
 
 class RendezvousError(RuntimeError):
     """The hosts of the job did not all meet to start a session."""
@@ -108,6 +110,8 @@ def agree_by_tcp(host: str, port: int, job_id: int, host_index: int, parties: in
     the others may still be reading the session (and later arrivals must find it to be told
     that their round never starts)."""
     is_server = host_index == 0
+    if not is_server:
+        wait_for_listener(host, port, timeout)
     try:
         store = dist.TCPStore(host, port, is_master=is_server, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout))

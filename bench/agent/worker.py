@@ -91,6 +91,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         import torch.distributed as dist
 
         from bench.agent import strategies
+        from host_agent.listener import wait_for_listener
         from host_agent.session import RendezvousError, agree_by_tcp, agree_in_group
 
         params, host = args["params"], args["host"]
@@ -143,6 +144,8 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             if args["ifname"]:
                 os.environ[_GLOO_IFNAME] = args["ifname"]
             first = params.host(hosts[0]).host_ip
+            if ranks.rank != 0:  # rank 0 serves the group's store
+                wait_for_listener(first, args["rendezvous_port"], args["rendezvous_timeout"])
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
                                     init_method=f"tcp://{first}:{args['rendezvous_port']}")
             if args["strategy"] == "ina":

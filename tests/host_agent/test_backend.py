@@ -21,17 +21,13 @@ import pytest
 from passing import protocol as P
 from testbed.loopback import UdpLoopbackSwitch
 from tests import REPO
+from tests.ports import free_port
 
 HOSTS, LOCAL = 2, 2
 WORKER = Path(__file__).with_name("backend_worker.py")
 # bfloat16 keeps 8 bits of mantissa: values up to ~64 are exact to 0.25, sums of four to 1.
 TOLERANCE = {"torch.float32": 1e-3, "torch.float16": 0.05, "torch.bfloat16": 1.0}
 
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -4,12 +4,17 @@ writing into the store can make it fail, never make the hosts adopt a session it
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
+from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
 
-from host_agent.session import RendezvousError, agree_by_store, derive_session
+from host_agent.listener import wait_for_listener
+from host_agent.session import RendezvousError, agree_by_store, agree_by_tcp, derive_session
+from tests.ports import free_port
 
 JOB, KEY = 7, bytes.fromhex("00112233445566778899aabbccddeeff")
 
@@ -89,3 +94,38 @@ def test_without_the_key_the_session_cannot_be_computed_from_the_nonces():
 def test_host_index_is_checked():
     with pytest.raises(ValueError, match="host index 2 outside 0..1"):
         agree_by_store(dist.HashStore(), JOB, 2, 2, 1.0)
+
+
+def test_hosts_that_ask_before_the_first_host_serves_still_meet_it():
+    """The other leaders usually reach the rendezvous a moment before the first host serves
+    it: they wait for it (host_agent.listener) and all get the one session."""
+    port = free_port()
+    out: dict = {}
+
+    def one(index: int) -> None:
+        if index == 0:
+            time.sleep(0.2)  # the first host late
+        try:
+            session, store = agree_by_tcp("127.0.0.1", port, JOB, index, 3, 10.0, KEY)
+            out[index] = session
+            store.set(f"done{index}", "1")  # the server's store outlives the others' reads
+            store.wait([f"done{i}" for i in range(3)], timedelta(seconds=10))
+        except (RendezvousError, RuntimeError) as e:
+            out[index] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in (1, 2, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert set(out) == {0, 1, 2}
+    assert len(set(out.values())) == 1 and isinstance(out[0], int) and out[0] != 0, out
+
+
+def test_waiting_for_a_listener_ends_at_its_timeout_when_none_comes():
+    port = free_port()
+    assert wait_for_listener("127.0.0.1", port, 0.2) is False
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        assert wait_for_listener("127.0.0.1", port, 0.2) is True

@@ -13,16 +13,12 @@ import pytest
 
 from passing.contract import JobParams
 from testbed.loopback import UdpLoopbackSwitch
+from tests.ports import free_port
 from tests.spawned import run_ranks
 
 HOSTS, LOCAL = 2, 2
 WORLD = HOSTS * LOCAL
 
-
-def free_port(kind=socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker(rank: int, port: int, params: JobParams, out: mp.Queue) -> None:

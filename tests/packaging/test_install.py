@@ -31,17 +31,13 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from passing import protocol as P
 from passing.p4info import sized_for_k
 from testbed.loopback import UdpLoopbackSwitch
+from tests.ports import free_port
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 # What a wheel is built from: the sources, not this checkout's venv, builds or runs.
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "build", "runs", "dist", "__pycache__",
                                      "*.egg-info", ".pytest_cache", ".ruff_cache", ".hypothesis")
 
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Installed:
