@@ -110,8 +110,10 @@ def agree_by_tcp(host: str, port: int, job_id: int, host_index: int, parties: in
     the others may still be reading the session (and later arrivals must find it to be told
     that their round never starts)."""
     is_server = host_index == 0
-    if not is_server:
-        wait_for_listener(host, port, timeout)
+    if not is_server and not wait_for_listener(host, port, timeout):
+        raise RendezvousError(f"cannot reach the session rendezvous at {host}:{port}: nothing "
+                              f"accepted a connection there within {timeout:g}s (is the "
+                              f"first host's agent running?)")
     try:
         store = dist.TCPStore(host, port, is_master=is_server, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout))

@@ -144,10 +144,14 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             if args["ifname"]:
                 os.environ[_GLOO_IFNAME] = args["ifname"]
             first = params.host(hosts[0]).host_ip
-            if ranks.rank != 0:  # rank 0 serves the group's store
-                wait_for_listener(first, args["rendezvous_port"], args["rendezvous_timeout"])
+            port, limit = args["rendezvous_port"], args["rendezvous_timeout"]
+            # rank 0 serves the group's store
+            if ranks.rank != 0 and not wait_for_listener(first, port, limit):
+                raise RendezvousError(f"cannot reach the rendezvous of the {args['strategy']} "
+                                      f"group at {first}:{port}: nothing accepted a connection "
+                                      f"there within {limit:g}s")
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
-                                    init_method=f"tcp://{first}:{args['rendezvous_port']}")
+                                    init_method=f"tcp://{first}:{port}")
             if args["strategy"] == "ina":
                 ina = strategies.InaAllreduce(params, host, rank, **stream)
                 closers.append(ina.streamer.close)

@@ -122,6 +122,13 @@ def test_hosts_that_ask_before_the_first_host_serves_still_meet_it():
     assert len(set(out.values())) == 1 and isinstance(out[0], int) and out[0] != 0, out
 
 
+def test_a_first_host_that_never_serves_is_a_clear_error_at_the_timeout():
+    port = free_port()
+    with pytest.raises(RendezvousError, match=rf"cannot reach the session rendezvous at "
+                       rf"127.0.0.1:{port}: nothing accepted a connection there within 0.3s"):
+        agree_by_tcp("127.0.0.1", port, JOB, 1, 3, 0.3, KEY)
+
+
 def test_waiting_for_a_listener_ends_at_its_timeout_when_none_comes():
     port = free_port()
     assert wait_for_listener("127.0.0.1", port, 0.2) is False
