@@ -17,7 +17,8 @@ POLL_S = 0.005
 
 def wait_for_listener(host: str, port: int, timeout: float) -> bool:
     """True as soon as something accepts TCP connections at host:port; False once `timeout`
-    seconds have passed without (the caller's own connect then reports the failure)."""
+    seconds have passed without (the caller says what did not come:
+    host_agent.session.reach_rendezvous)."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()

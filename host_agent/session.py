@@ -103,6 +103,15 @@ def agree_by_store(store: dist.Store, job_id: int, host_index: int, parties: int
     return derive_session(key, job_id, rnd, nonces)
 
 
+def reach_rendezvous(host: str, port: int, timeout: float, what: str) -> None:
+    """Return once the first host serves `what` at host:port, so that a TCPStore client
+    connects at once (host_agent.listener); RendezvousError once `timeout` has passed."""
+    if not wait_for_listener(host, port, timeout):
+        raise RendezvousError(f"cannot reach {what} at {host}:{port}: nothing accepted a "
+                              f"connection there within {timeout:g}s (is the first host's "
+                              f"agent running?)")
+
+
 def agree_by_tcp(host: str, port: int, job_id: int, host_index: int, parties: int,
                  timeout: float, key: bytes = b"") -> tuple[int, dist.TCPStore]:
     """`agree_by_store` on a TCPStore served by one of the parties at host:port. Keep the store
@@ -110,10 +119,8 @@ def agree_by_tcp(host: str, port: int, job_id: int, host_index: int, parties: in
     the others may still be reading the session (and later arrivals must find it to be told
     that their round never starts)."""
     is_server = host_index == 0
-    if not is_server and not wait_for_listener(host, port, timeout):
-        raise RendezvousError(f"cannot reach the session rendezvous at {host}:{port}: nothing "
-                              f"accepted a connection there within {timeout:g}s (is the "
-                              f"first host's agent running?)")
+    if not is_server:
+        reach_rendezvous(host, port, timeout, "the session rendezvous")
     try:
         store = dist.TCPStore(host, port, is_master=is_server, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout))

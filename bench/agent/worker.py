@@ -91,8 +91,12 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         import torch.distributed as dist
 
         from bench.agent import strategies
-        from host_agent.listener import wait_for_listener
-        from host_agent.session import RendezvousError, agree_by_tcp, agree_in_group
+        from host_agent.session import (
+            RendezvousError,
+            agree_by_tcp,
+            agree_in_group,
+            reach_rendezvous,
+        )
 
         params, host = args["params"], args["host"]
         hosts = params.host_names
@@ -144,12 +148,10 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             if args["ifname"]:
                 os.environ[_GLOO_IFNAME] = args["ifname"]
             first = params.host(hosts[0]).host_ip
-            port, limit = args["rendezvous_port"], args["rendezvous_timeout"]
-            # rank 0 serves the group's store
-            if ranks.rank != 0 and not wait_for_listener(first, port, limit):
-                raise RendezvousError(f"cannot reach the rendezvous of the {args['strategy']} "
-                                      f"group at {first}:{port}: nothing accepted a connection "
-                                      f"there within {limit:g}s")
+            port = args["rendezvous_port"]
+            if ranks.rank != 0:  # rank 0 serves the group's store
+                reach_rendezvous(first, port, args["rendezvous_timeout"],
+                                 f"the rendezvous of the {args['strategy']} group")
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
                                     init_method=f"tcp://{first}:{port}")
             if args["strategy"] == "ina":
