@@ -111,6 +111,8 @@ def leader_stats() -> dict:
     st = streamer.stats
     return {"short_calls": st.short_calls, "closes": st.closes, "taken_early": st.taken_early,
             "packets": st.packets, "retransmissions": st.retransmissions,
+            "fast_retransmissions": st.fast_retransmissions, "probes": st.probes,
+            "rotated": st.rotated,
             "patience_end": streamer.patience_now(), "round_wait": streamer.wait_avg,
             "pool_moves": [list(m) for m in stream.vote.moves],
             "policy_changes": [list(m) for m in stream.vote.policies],

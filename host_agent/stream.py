@@ -79,9 +79,12 @@ class StreamConfig:
     max_rto: float = 1.0  # the longest a doubling probe timer waits
     deadline: float = 10.0  # seconds without any progress before giving up
     # Quorum (docs/protocol.md, "Rounds, quorum and late contributions"): a packet still
-    # unanswered `patience` seconds after it was first sent is resent with CLOSE, so that the
-    # switches may complete its round with the contributions they have (if the job's quorum
-    # allows). None: never; every round waits for everyone.
+    # unanswered `patience` seconds after it was first sent, when no result at all has come
+    # for `patience` seconds either, is resent with CLOSE, so that the switches may complete
+    # its round with the contributions they have (if the job's quorum allows). Silence, not
+    # age: a busy switch (BMv2's queue) or a loss being recovered keeps answering other
+    # packets, while a host that has not sent holds up every round it is in. None: never;
+    # every round waits for everyone.
     patience: float | None = None
     # Adaptive patience: with a floor set, a round waits the time rounds completed by every
     # host have been taking (their mean plus four deviations, measured as the loss timer is),
@@ -609,7 +612,8 @@ class SlotStreamer:
             if patience is not None:
                 waiting = call.pending & ~call.close & ~call.abstaining
                 if waiting.any():
-                    wake = min(wake, float(call.first_sent[waiting].min()) + patience)
+                    wake = min(wake, max(float(call.first_sent[waiting].min()),
+                                         last_progress) + patience)
             if taken:
                 self._gather(call, taken, self.stats.results - results0, started, wake)
             rows, other = self._receive(max(wake - time.monotonic(), 0.0))
@@ -621,7 +625,7 @@ class SlotStreamer:
                 call.close_next[slots] = call.waited[slots] & (
                     recs["num_contrib"].astype(np.int64) < self.cfg.complete)
                 if self.cfg.patience_min is not None:
-                    self._sample_wait(call, slots, recs, now, forced)
+                    self._sample_wait(call, slots, recs, now, forced, last_progress)
                     patience = None if forced else self.patience_now()
                 last_progress = probe_ref = now
                 probes = 0
@@ -634,7 +638,7 @@ class SlotStreamer:
                 self._resend_overtaken(call, mark, now)
             if not call.pending.any():
                 break
-            if patience is not None:
+            if patience is not None and now - last_progress >= patience:
                 self._close_overdue(call, now, patience)
             if now - last_progress > self.cfg.deadline:
                 raise self._timeout(call)
@@ -706,9 +710,11 @@ class SlotStreamer:
         return min(max(self.wait_avg + 4 * self.wait_dev, cfg.patience_min), cfg.patience)
 
     def _sample_wait(self, call: _Call, slots: np.ndarray, recs: np.ndarray, now: float,
-                     forced: bool) -> None:
+                     forced: bool, progress: float) -> None:
         """The slowest wait among results of rounds that every host made in time, sent once
-        (Karn): a CLOSE is a resend, so rounds a quorum closed never count. In a call that
+        (Karn): a CLOSE is a resend, so rounds a quorum closed never count. A wait is what
+        patience is compared with: the silence the result ended, since the later of the
+        packet's first send and the result before (`progress`). In a call that
         waited for everyone (the staleness bound), a slot's first round waited for the
         straggler to arrive and does not count either; its later rounds started together
         on every host and do. Without that, a host that is always late would leave nothing
@@ -721,7 +727,7 @@ class SlotStreamer:
             full &= call.step[slots] > 0
         if not full.any():
             return
-        wait = float(np.max(now - call.first_sent[slots[full]]))
+        wait = now - max(float(np.min(call.first_sent[slots[full]])), progress)
         if self.wait_avg is None:
             self.wait_avg, self.wait_dev = wait, wait / 2
         else:

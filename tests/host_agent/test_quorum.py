@@ -5,6 +5,7 @@ never timed: the delays only make one host late."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import socket
 import threading
@@ -113,6 +114,75 @@ def test_without_patience_a_quorum_job_waits_for_everyone():
     assert np.all(np.abs(results[0][0] - sum(t.astype(np.float64) for t in tensors))
                   <= bound(tensors))
     assert all(h.stats.closes == 0 and h.stats.short_calls == 0 for h in hosts)
+
+
+class SlowSwitch(LoopbackSwitch):
+    """A switch that takes `gap` seconds per frame and serves its ports' queues in turn, as
+    BMv2 does when a call's burst queues in front of its pipeline: the answers to a burst
+    come one by one, steadily, the last long after the first."""
+
+    def __init__(self, hosts: int, gap: float, **kw):
+        super().__init__(hosts, **kw)
+        self.gap = gap
+        self.inbox: dict[int, collections.deque] = {p: collections.deque()
+                                                    for p in range(1, hosts + 1)}
+        self.ready = threading.Condition()
+        self.stopped = False
+        self.worker = threading.Thread(target=self._work, daemon=True)
+        self.worker.start()
+
+    def deliver(self, port: int, payload: bytes) -> None:
+        with self.ready:
+            self.inbox[port].append(payload)
+            self.ready.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self.ready:
+                self.ready.wait_for(lambda: self.stopped or any(self.inbox.values()))
+                if self.stopped:
+                    return
+                turn = [(p, q.popleft()) for p, q in self.inbox.items() if q]
+            for port, payload in turn:
+                time.sleep(self.gap)
+                super().deliver(port, payload)
+
+    def close(self) -> None:
+        with self.ready:
+            self.stopped = True
+            self.ready.notify()
+        self.worker.join(10)
+
+
+def test_a_busy_switch_is_not_taken_for_a_straggler():
+    """Quorum 2 of 3, patience 100 ms, every fragment of a call in one round (16 slots), a
+    switch that takes 5 ms a frame: each call's burst of 3 x 16 packets takes ~240 ms to get
+    through, so most packets wait longer than the patience, yet a result comes every ~15 ms.
+    No packet may ask for CLOSE then (it would only lengthen the queue, and could cut out a
+    host whose packet the switch had not reached yet): every sum is full and exact, nothing
+    is resent (the loss timer set long: this is about patience). A host that then sends
+    nothing for 0.4 s is still left out."""
+    sw = SlowSwitch(HOSTS, gap=0.005, slots=16, quorum=2)
+    hosts = streamers(sw, 16, patience=0.1, staleness=5, rto=0.5)
+    tensors = random_tensors(HOSTS, 16 * P.K, seed=8)
+    try:
+        results, counts = run_calls(hosts, tensors, 2, late={})
+        for c in range(2):
+            exact = sum(t.astype(np.float64) * (c + 1) for t in tensors)
+            for i in range(HOSTS):
+                assert np.all(counts[i][c] == HOSTS), (i, c)
+                assert np.all(np.abs(results[i][c] - exact) <= bound(tensors) * (c + 1))
+        for h in hosts:
+            assert h.stats.closes == 0 and h.stats.short_calls == 0, h.stats
+            assert h.stats.retransmissions == 0, h.stats
+        results, counts = run_calls(hosts, tensors, 1, late={2: 0.4})
+        assert np.any(counts[0][0] == 2) and hosts[0].stats.short_calls == 1
+        assert all(np.array_equal(results[i][0], results[0][0]) for i in range(HOSTS))
+        assert np.all(made_of(results[0][0], counts[0][0], tensors))
+    finally:
+        for h in hosts:
+            h.close()
+        sw.close()
 
 
 @pytest.mark.parametrize("agreed_below_own", [False, True])
