@@ -13,10 +13,11 @@ combination of the bandwidths and GPU counts given, each with the sizes and stra
 prints a progress line: run i of N, time so far, and an estimate of the time left.
 
 Per run it records the all-reduce time (the slowest host's mean over its timed calls), the
-bytes each host's link carried (its interface counters in the host's namespace), the packets the
-switches received (their ports' counters; for passing and ina also the P4 job counters), the
-slots of the job and the model's prediction. Counter deltas cover the warm-up call too and are
-divided by the calls made, except `retransmissions`: all hosts' over all the run's calls. A run
+bytes each host's link carried per timed call (its interface counters in the host's namespace,
+read by the host's agent around its timed calls), the packets the switches received (their
+ports' counters; for passing and ina also the P4 job counters), the slots of the job and the
+model's prediction. The switch counters' deltas cover the warm-up call too and are divided by
+the calls made, except `retransmissions`: all hosts' over all the run's calls. A run
 whose calls the model predicts at --long-call seconds or more makes one timed call and no
 warm-up (call_plan), others a warm-up and --iters timed calls (the CSV's `warmup` and `iters`
 say which): at the sweep's largest sizes the extra calls were most of the sweep's time.
@@ -373,8 +374,15 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
     mean = slowest.get("mean_s", float("nan"))
     times = slowest.get("times", [])
     std = (sum((t - mean) ** 2 for t in times) / len(times)) ** 0.5 if times else 0.0
-    tx = max(after[h][0] - before[h][0] for h in hosts) / calls
-    rx = max(after[h][1] - before[h][1] for h in hosts) / calls
+    # Bytes per timed call, as each host's agent counted them around its timed calls (the
+    # warm-up left out, as it is of the times); the namespace counters over every call where
+    # an agent could not.
+    if ok and all("timed_tx_bytes" in res[h] for h in hosts):
+        tx = max(res[h]["timed_tx_bytes"] for h in hosts)
+        rx = max(res[h]["timed_rx_bytes"] for h in hosts)
+    else:
+        tx = max(after[h][0] - before[h][0] for h in hosts) / calls
+        rx = max(after[h][1] - before[h][1] for h in hosts) / calls
     return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
             "hosts": len(hosts), "gpus_per_host": sc.gpus, "size_bytes": size,
             "bw_mbps": sc.bw_mbps, "iters": iters, "mean_s": mean, "std_s": std,

@@ -287,14 +287,18 @@ class PassingNetwork:
         return int(tx), int(rx)
 
     def _link_use(self, report: dict, host: str, before: tuple[int, int], calls: int) -> None:
-        """Add to an agent's report the bytes its host link carried per call (the warm-up calls
-        included: the counters' delta is over `calls` calls) and, for a shaped link, how
-        busy the link was during a call: far below 1, the CPU, not the emulated link, set the
-        time (README, "Running a topology")."""
+        """Add to an agent's report the bytes its host link carried per timed call (as the
+        agent counted them around its timed calls; else the counters' delta over all `calls`,
+        warm-ups included) and, for a shaped link, how busy the link was during a call: far
+        below 1, the CPU, not the emulated link, set the time (README, "Running a
+        topology")."""
         if not report.get("ok") or not report.get("mean_s"):
             return
-        tx, rx = (b - a for a, b in zip(before, self.host_link_bytes(host), strict=True))
-        per_call = max(tx, rx) / calls
+        if "timed_tx_bytes" in report:
+            per_call = max(report["timed_tx_bytes"], report["timed_rx_bytes"])
+        else:
+            tx, rx = (b - a for a, b in zip(before, self.host_link_bytes(host), strict=True))
+            per_call = max(tx, rx) / calls
         report["link_bytes_per_call"] = per_call
         bw = self.topo.hosts[host].link.bw
         report["link_mbps"] = bw or 0

@@ -170,7 +170,10 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         base = base.to(device)
         exact, tol, count = expected_sum(params, args["seed"], args["size"], args["strategy"])
         times, errors, excess, wrong = [], [], [], 0
+        timed_from = None
         for it in range(args["warmup"] + args["iters"]):  # warm-up calls are not timed
+            if it == args["warmup"] and rank == 0:
+                timed_from = _link_bytes(args["ifname"])
             t = base.clone()
             dist.barrier()
             t0 = time.perf_counter()
@@ -183,6 +186,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             excess.append(float(np.max(err / tol)))
             wrong += int(np.count_nonzero(err > tol))
         # The leader reports for the host; every local rank's calls count.
+        link = _timed_link_bytes(timed_from, args["ifname"], args["iters"]) if rank == 0 else {}
         report = torch.tensor([wrong, max(excess)], dtype=torch.float64)
         dist.all_reduce(report, op=dist.ReduceOp.MAX)
         if rank == 0:
@@ -192,7 +196,8 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                      "device": str(device), "times": times, "max_error": max(errors),
                      "call_errors": errors, "tolerance": float(np.max(tol)),
                      "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
-                     "contributors": count, **_stream_counts(stats), **_pools(passing)})
+                     "contributors": count, **_stream_counts(stats), **_pools(passing),
+                     **link})
         dist.destroy_process_group()
     except Exception as e:
         out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
@@ -206,6 +211,29 @@ def _pools(passing) -> dict:
         return {}
     return {"pool_moves": [list(m) for m in stream.vote.moves],
             "window": stream.streamer.cfg.window}
+
+
+def _link_bytes(ifname: str | None) -> tuple[int, int] | None:
+    """(tx, rx) bytes the host's data interface has carried so far, read where the ranks run
+    (the host's namespace); None without an interface named."""
+    if not ifname:
+        return None
+    try:
+        return tuple(int(open(f"/sys/class/net/{ifname}/statistics/{d}_bytes").read())
+                     for d in ("tx", "rx"))
+    except (OSError, ValueError):
+        return None
+
+
+def _timed_link_bytes(start: tuple[int, int] | None, ifname: str | None, calls: int) -> dict:
+    """Bytes per timed call on the host link, each way: the warm-ups left out, as they are of
+    the times (a warm-up of a switch strategy also agrees each slot's scale, which the timed
+    calls, speculating, skip). {} where the interface could not be read."""
+    end = _link_bytes(ifname)
+    if start is None or end is None or calls <= 0:
+        return {}
+    return {"timed_tx_bytes": (end[0] - start[0]) / calls,
+            "timed_rx_bytes": (end[1] - start[1]) / calls}
 
 
 def _stream_counts(stats) -> dict:

@@ -52,6 +52,9 @@ def test_allreduce_on_every_host_is_correct(network, topo):
         # Each host link carried the tensor at least once per call (16K float32 values), and
         # how busy it was is reported against its shipped rate.
         assert r["link_bytes_per_call"] >= 16 * 1024 * 4 and r["link_mbps"] == 100, r
+        # ... counted by the host's agent around its timed call, the warm-up left out.
+        assert r["link_bytes_per_call"] == max(r["timed_tx_bytes"], r["timed_rx_bytes"]), r
+        assert min(r["timed_tx_bytes"], r["timed_rx_bytes"]) >= 16 * 1024 * 4, r
         assert 0 < r["link_busy"] == pytest.approx(
             r["link_bytes_per_call"] * 8 / (r["mean_s"] * 100e6)), r
     # Ordinary traffic crosses the same switches.
