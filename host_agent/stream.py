@@ -79,18 +79,18 @@ class StreamConfig:
     max_rto: float = 1.0  # the longest a doubling probe timer waits
     deadline: float = 10.0  # seconds without any progress before giving up
     # Quorum (docs/protocol.md, "Rounds, quorum and late contributions"): a packet still
-    # unanswered `patience` seconds after it was first sent, when no result at all has come
-    # for `patience` seconds either, is resent with CLOSE, so that the switches may complete
-    # its round with the contributions they have (if the job's quorum allows). Silence, not
-    # age: a busy switch (BMv2's queue) or a loss being recovered keeps answering other
-    # packets, while a host that has not sent holds up every round it is in. None: never;
-    # every round waits for everyone.
+    # unanswered `patience` seconds after it was first sent, when no awaited result of the
+    # call has come for `patience` seconds either, is resent with CLOSE, so that the
+    # switches may complete its round with the contributions they have (if the job's quorum
+    # allows). Silence, not age: a busy switch (BMv2's queue) or a loss being recovered
+    # keeps answering other packets, while a host that has not sent holds up every round it
+    # is in. None: never; every round waits for everyone.
     patience: float | None = None
-    # Adaptive patience: with a floor set, a round waits the time rounds completed by every
-    # host have been taking (their mean plus four deviations, measured as the loss timer is),
-    # kept between `patience_min` and `patience`: no longer than a normal round's spread
-    # calls for, so a straggler costs little, and never so short that ordinary jitter cuts
-    # a host out. None: `patience` itself, fixed.
+    # Adaptive patience: with a floor set, a round waits the silence rounds completed by every
+    # host have been ending (per call its longest; mean plus four deviations, as the loss
+    # timer is measured), kept between `patience_min` and `patience`: no longer than a
+    # normal round's spread calls for, so a straggler costs little, and never so short that
+    # ordinary jitter cuts a host out. None: `patience` itself, fixed.
     patience_min: float | None = None
     # ... except in a call that follows `staleness` calls in a row whose sums left some GPU
     # out: that call waits for everyone, so no host is left out more than `staleness` times
@@ -126,7 +126,7 @@ class StreamStats:
     rotated: int = 0  # older packets those probes resent in turn (SlotStreamer._probe)
     results: int = 0
     ignored: int = 0  # results that matched nothing pending (duplicates, stale)
-    closes: int = 0  # packets that asked for CLOSE: waited `patience`, or follow one that did
+    closes: int = 0  # packets that asked for CLOSE: `patience` of silence, or after one that did
     short_calls: int = 0  # calls whose sums left some GPU out (a round closed without it)
     taken_early: int = 0  # results taken from those that came before this host sent
     abstained: int = 0  # packets sent without values: the agreed scale left them out
@@ -394,8 +394,8 @@ class SlotStreamer:
         self.short_streak = cfg.staleness if cfg.wait_first else 0
         # The last call was short: the next closes its rounds as soon as the quorum is in.
         self.eager = False
-        # How long a round completed by every host waits, from its packet's first send to
-        # its result (mean, mean deviation): what adaptive patience follows.
+        # The longest silence per call that rounds completed by every host ended (mean, mean
+        # deviation over calls): what adaptive patience follows.
         self.wait_avg: float | None = None
         self.wait_dev = 0.0
         # Between calls a host may be late (computing) while the others' results arrive: in
@@ -607,6 +607,7 @@ class SlotStreamer:
         last_progress = probe_ref = started = time.monotonic()
         probes = taken = 0
         results0 = self.stats.results
+        longest: float | None = None  # the call's longest silence that every host made
         while call.pending.any():
             wake = self._probe_due(probe_ref, probes)
             if patience is not None:
@@ -625,8 +626,9 @@ class SlotStreamer:
                 call.close_next[slots] = call.waited[slots] & (
                     recs["num_contrib"].astype(np.int64) < self.cfg.complete)
                 if self.cfg.patience_min is not None:
-                    self._sample_wait(call, slots, recs, now, forced, last_progress)
-                    patience = None if forced else self.patience_now()
+                    wait = self._longest_wait(call, slots, recs, now, forced, last_progress)
+                    if wait is not None:
+                        longest = wait if longest is None else max(longest, wait)
                 last_progress = probe_ref = now
                 probes = 0
                 call.rotation = -1
@@ -646,6 +648,8 @@ class SlotStreamer:
                 self._probe(call, now)
                 probes = min(probes + 1, 30)
                 probe_ref = now
+        if longest is not None:
+            self._learn_wait(longest)
         self._keep_scales(call)
         self._counts = call.counts
         short = bool(np.any(call.counts < self.cfg.complete))
@@ -702,19 +706,20 @@ class SlotStreamer:
         self._paused = True
 
     def patience_now(self) -> float | None:
-        """How long a packet waits for the other hosts before it asks for CLOSE (None:
-        always waits)."""
+        """How long a packet waits in silence (no awaited result of the call) for the other
+        hosts before it asks for CLOSE (None: always waits)."""
         cfg = self.cfg
         if cfg.patience is None or cfg.patience_min is None or self.wait_avg is None:
             return cfg.patience
         return min(max(self.wait_avg + 4 * self.wait_dev, cfg.patience_min), cfg.patience)
 
-    def _sample_wait(self, call: _Call, slots: np.ndarray, recs: np.ndarray, now: float,
-                     forced: bool, progress: float) -> None:
+    def _longest_wait(self, call: _Call, slots: np.ndarray, recs: np.ndarray, now: float,
+                      forced: bool, progress: float) -> float | None:
         """The slowest wait among results of rounds that every host made in time, sent once
         (Karn): a CLOSE is a resend, so rounds a quorum closed never count. A wait is what
         patience is compared with: the silence the result ended, since the later of the
-        packet's first send and the result before (`progress`). In a call that
+        packet's first send and the result before (`progress`). None: nothing to measure.
+        In a call that
         waited for everyone (the staleness bound), a slot's first round waited for the
         straggler to arrive and does not count either; its later rounds started together
         on every host and do. Without that, a host that is always late would leave nothing
@@ -726,8 +731,14 @@ class SlotStreamer:
         if forced:
             full &= call.step[slots] > 0
         if not full.any():
-            return
-        wait = now - max(float(np.min(call.first_sent[slots[full]])), progress)
+            return None
+        return now - max(float(np.min(call.first_sent[slots[full]])), progress)
+
+    def _learn_wait(self, wait: float) -> None:
+        """One sample per call, its longest silence: most silences of a call are the gaps
+        between one result and the next, and learning from each would sink the patience to
+        its floor, below the wait at a call's start (the hosts' skew, the first round trip),
+        which is the one a late host must exceed."""
         if self.wait_avg is None:
             self.wait_avg, self.wait_dev = wait, wait / 2
         else:
