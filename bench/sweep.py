@@ -53,7 +53,7 @@ from controller.topology import load
 from passing.pipeline_files import topology_file
 from topologies import link_rate
 from topologies.exclusive import busy_message
-from topologies.network import INA_JOB_OFFSET, PassingNetwork
+from topologies.network import INA_JOB_OFFSET, PassingNetwork, link_bytes_per_call
 
 # What bench.report reads, then what only the CSV keeps (the model's three bounds, and more).
 ALLREDUCE_COLUMNS = [*results.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
@@ -374,15 +374,12 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
     mean = slowest.get("mean_s", float("nan"))
     times = slowest.get("times", [])
     std = (sum((t - mean) ** 2 for t in times) / len(times)) ** 0.5 if times else 0.0
-    # Bytes per timed call, as each host's agent counted them around its timed calls (the
-    # warm-up left out, as it is of the times); the namespace counters over every call where
-    # an agent could not.
-    if ok and all("timed_tx_bytes" in res[h] for h in hosts):
-        tx = max(res[h]["timed_tx_bytes"] for h in hosts)
-        rx = max(res[h]["timed_rx_bytes"] for h in hosts)
-    else:
-        tx = max(after[h][0] - before[h][0] for h in hosts) / calls
-        rx = max(after[h][1] - before[h][1] for h in hosts) / calls
+    # Bytes per timed call (the warm-up left out, as it is of the times); a failed run's
+    # from the counters over all its calls.
+    link = [link_bytes_per_call(res[h] if ok else {}, (after[h][0] - before[h][0],
+                                                       after[h][1] - before[h][1]), calls)
+            for h in hosts]
+    tx, rx = max(t for t, _ in link), max(r for _, r in link)
     return {"topology": sc.topo, "target": sc.target, "strategy": strategy,
             "hosts": len(hosts), "gpus_per_host": sc.gpus, "size_bytes": size,
             "bw_mbps": sc.bw_mbps, "iters": iters, "mean_s": mean, "std_s": std,

@@ -719,11 +719,10 @@ class SlotStreamer:
         (Karn): a CLOSE is a resend, so rounds a quorum closed never count. A wait is what
         patience is compared with: the silence the result ended, since the later of the
         packet's first send and the result before (`progress`). None: nothing to measure.
-        In a call that
-        waited for everyone (the staleness bound), a slot's first round waited for the
-        straggler to arrive and does not count either; its later rounds started together
-        on every host and do. Without that, a host that is always late would leave nothing
-        to measure and the patience at its upper bound."""
+        In a call that waited for everyone (the staleness bound), a slot's first round
+        waited for the straggler to arrive and does not count either; its later rounds
+        started together on every host and do. Without that, a host that is always late
+        would leave nothing to measure and the patience at its upper bound."""
         # A probe's turn through the older packets resends every packet that waits long
         # enough (a late host's lateness included): such resends do not hide a wait.
         full = ~call.retried[slots] & (recs["num_contrib"].astype(np.int64)

@@ -54,6 +54,16 @@ INA_JOB_OFFSET = 1000  # job id of a job's switch-only INA companion: 1000 + id
 DEFAULT_WINDOWS = {"model": 256, "bmv2": 64}
 
 
+def link_bytes_per_call(report: dict, delta: tuple[int, int], calls: int
+                        ) -> tuple[float, float]:
+    """(tx, rx) bytes a host link carried per timed call: as the host's agent counted them
+    around its timed calls (bench.agent.worker), else the counters' `delta` over all `calls`,
+    warm-ups included (an agent that failed, or could not read its interface)."""
+    if "timed_tx_bytes" in report:
+        return report["timed_tx_bytes"], report["timed_rx_bytes"]
+    return delta[0] / calls, delta[1] / calls
+
+
 class PassingNetwork:
     def __init__(self, topo: Topology, topo_file: Path, target: str, run_dir: Path,
                  pcap: bool = False, log: bool = False, mgmt_subnet: str = MGMT_SUBNET):
@@ -294,11 +304,8 @@ class PassingNetwork:
         topology")."""
         if not report.get("ok") or not report.get("mean_s"):
             return
-        if "timed_tx_bytes" in report:
-            per_call = max(report["timed_tx_bytes"], report["timed_rx_bytes"])
-        else:
-            tx, rx = (b - a for a, b in zip(before, self.host_link_bytes(host), strict=True))
-            per_call = max(tx, rx) / calls
+        delta = tuple(b - a for a, b in zip(before, self.host_link_bytes(host), strict=True))
+        per_call = max(link_bytes_per_call(report, delta, calls))
         report["link_bytes_per_call"] = per_call
         bw = self.topo.hosts[host].link.bw
         report["link_mbps"] = bw or 0
