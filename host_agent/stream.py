@@ -35,7 +35,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -347,6 +347,9 @@ _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at 
 # time they spend in queues; never less than _GATHER_MIN_S (a shorter sleep overshoots by
 # more than itself: the kernel's timer slack is 50 us).
 _GATHER_IN_FLIGHT, _GATHER_SHARE, _GATHER_DRAIN, _GATHER_MIN_S = 32, 8, 4, 0.0002
+# A short call makes the next one eager (every packet asks for CLOSE when first sent) only when
+# at least _EAGER_EVIDENCE of the last _EAGER_HISTORY calls that waited the patience were short.
+_EAGER_HISTORY, _EAGER_EVIDENCE = 4, 2
 
 
 def _median(a: np.ndarray) -> float:
@@ -392,8 +395,13 @@ class SlotStreamer:
         self.early: dict[tuple[int, int], np.void] = {}
         # Calls in a row whose sums left some GPU out.
         self.short_streak = cfg.staleness if cfg.wait_first else 0
-        # The last call was short: the next closes its rounds as soon as the quorum is in.
+        # The last call was short, and so were enough of the calls that waited the patience
+        # before it: the next closes its rounds as soon as the quorum is in.
         self.eager = False
+        # Whether each of the last _EAGER_HISTORY calls that waited the patience (neither
+        # eager nor made to wait for everyone) was short: the evidence of a host that keeps
+        # coming late, as against one late event.
+        self.patient_short: deque[bool] = deque(maxlen=_EAGER_HISTORY)
         # The longest silence per call that rounds completed by every host ended (mean, mean
         # deviation over calls): what adaptive patience follows.
         self.wait_avg: float | None = None
@@ -654,7 +662,12 @@ class SlotStreamer:
         self._counts = call.counts
         short = bool(np.any(call.counts < self.cfg.complete))
         self.short_streak = self.short_streak + 1 if short else 0
-        self.eager = short
+        if call.quorum and not call.eager:
+            self.patient_short.append(short)
+        # A host late once (jitter, a busy machine) leaves the next call waiting the patience
+        # again; only one late in more of the calls that waited makes the next close at once
+        # (docs/protocol.md, "Quorum"). Every host reads the same counts, so all agree.
+        self.eager = short and sum(self.patient_short) >= _EAGER_EVIDENCE
         self.stats.short_calls += short
         return call.out, call.agreed
 

@@ -440,3 +440,52 @@ def test_a_round_after_one_that_waited_the_whole_patience_asks_to_close_at_once(
     assert at_once  # ... and some round after it did not
     for h in hosts:
         h.close()
+
+
+def test_a_host_late_once_is_waited_for_again_in_the_next_call():
+    """Quorum 2 of 3, patience 50 ms, staleness 8: host 3 is 0.4 s late for the second of four
+    calls only (jitter, a busy machine). That call closes without it; the next is not eager
+    (one late call is no evidence of a straggler), so it and the one after wait for everyone
+    and hold all three hosts' values, on every host."""
+    sw = LoopbackSwitch(HOSTS, slots=8, quorum=2)
+    hosts = streamers(sw, 8, patience=0.05, staleness=8)
+    tensors = random_tensors(HOSTS, 12 * P.K, seed=21)
+    try:
+        for c, late in enumerate(({}, {2: 0.4}, {}, {})):
+            results, counts = run_calls(hosts, tensors, 1, late=late)
+            assert all(np.array_equal(r[0], results[0][0]) for r in results), c
+            assert np.all(made_of(results[0][0], counts[0][0], tensors)), c
+            if c == 1:
+                assert np.any(counts[0][0] == 2), "the late call closed without host 3"
+            else:
+                assert np.all(counts[0][0] == 3), f"call {c + 1} left someone out"
+            assert not any(h.eager for h in hosts), c
+        assert [h.stats.short_calls for h in hosts] == [1, 1, 1]
+    finally:
+        for h in hosts:
+            h.close()
+
+
+def test_a_host_late_call_after_call_makes_the_calls_close_at_once():
+    """Quorum 2 of 3, patience 50 ms, staleness 8, host 3 0.4 s late for every call: the
+    first two calls wait the patience and close without it; with two short calls that waited,
+    the third asks for CLOSE in every packet when first sent (it waits no patience), and so
+    does the fourth. Every host agrees, and every sum holds the hosts its counts say."""
+    sw = LoopbackSwitch(HOSTS, slots=8, quorum=2)
+    hosts = streamers(sw, 8, patience=0.05, staleness=8)
+    tensors = random_tensors(HOSTS, 12 * P.K, seed=22)
+    try:
+        for c in range(4):
+            before = [h.stats.closes for h in hosts]
+            eager = [h.eager for h in hosts]
+            assert eager == [c >= 2] * HOSTS, (c, eager)
+            results, counts = run_calls(hosts, tensors, 1, late={2: 0.4})
+            assert all(np.array_equal(r[0], results[0][0]) for r in results), c
+            assert np.all(made_of(results[0][0], counts[0][0], tensors)), c
+            assert np.any(counts[0][0] == 2), c
+            if c >= 2:  # every first send of the in-time hosts asked for CLOSE
+                assert all(h.stats.closes - b >= 12 for h, b in zip(hosts[:2], before[:2])), c
+        assert [h.short_streak for h in hosts] == [4] * HOSTS
+    finally:
+        for h in hosts:
+            h.close()
