@@ -665,8 +665,8 @@ class SlotStreamer:
         if call.quorum and not call.eager:
             self.patient_short.append(short)
         # A host late once (jitter, a busy machine) leaves the next call waiting the patience
-        # again; only one late in more of the calls that waited makes the next close at once
-        # (docs/protocol.md, "Quorum"). Every host reads the same counts, so all agree.
+        # again; only a host late in more of the calls that waited makes the next close at
+        # once (docs/protocol.md, "Quorum"). Every host reads the same counts, so all agree.
         self.eager = short and sum(self.patient_short) >= _EAGER_EVIDENCE
         self.stats.short_calls += short
         return call.out, call.agreed
@@ -812,10 +812,11 @@ class SlotStreamer:
         # A slot whose previous round waited the whole patience and closed without some host
         # asks for CLOSE at once: that host is late for this round too, unless it catches up
         # before the quorum is in. Only once: the round after waits again, so a host that was
-        # only a little late (jitter) is not cut from every later round of the call. After a
-        # short call, every packet asks at once (docs/protocol.md, "Rounds, quorum and late
-        # contributions"), until a call completes with everyone: at the latest the one the
-        # staleness bound makes wait.
+        # only a little late (jitter) is not cut from every later round of the call. In an
+        # eager call (a short call after others that waited and were short: see _run), every
+        # packet asks at once (docs/protocol.md, "Rounds, quorum and late contributions"),
+        # until a call completes with everyone: at the latest the one the staleness bound
+        # makes wait.
         # Never from a packet that abstains: the switch counts it towards the quorum, and a
         # round it closed would hold one host fewer than the quorum promises. Except at a
         # speculative scale: counted, its proposal (above the prediction) makes the round
