@@ -256,8 +256,10 @@ class PooledStreamer:
                 wait_first=True, **rules),
                 old.detach())
             # The host's counters go on across pools: a caller that holds them (passing-agent
-            # reports them at the end) sees the whole run.
+            # reports them at the end) sees the whole run. So does what says whether a host
+            # keeps coming late (every host moves after the same call, with the same).
             self.streamer.stats = old.stats
+            self.streamer.late_starts = old.late_starts
         elif rules:
             self.streamer.set_policy(**rules)
         return total[:n]

@@ -348,7 +348,8 @@ _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at 
 # more than itself: the kernel's timer slack is 50 us).
 _GATHER_IN_FLIGHT, _GATHER_SHARE, _GATHER_DRAIN, _GATHER_MIN_S = 32, 8, 4, 0.0002
 # A short call makes the next one eager (every packet asks for CLOSE when first sent) only when
-# at least _EAGER_EVIDENCE of the last _EAGER_HISTORY calls that waited the patience were short.
+# at least _EAGER_EVIDENCE of the last _EAGER_HISTORY streaks began with a host late for a call
+# that waited the patience (SlotStreamer.late_starts).
 _EAGER_HISTORY, _EAGER_EVIDENCE = 4, 2
 
 
@@ -395,13 +396,14 @@ class SlotStreamer:
         self.early: dict[tuple[int, int], np.void] = {}
         # Calls in a row whose sums left some GPU out.
         self.short_streak = cfg.staleness if cfg.wait_first else 0
-        # The last call was short, and so were enough of the calls that waited the patience
-        # before it: the next closes its rounds as soon as the quorum is in.
+        # The last call was short, and hosts were late at the start of enough streaks of
+        # calls before it: the next closes its rounds as soon as the quorum is in.
         self.eager = False
-        # Whether each of the last _EAGER_HISTORY calls that waited the patience (neither
-        # eager nor made to wait for everyone) was short: the evidence of a host that keeps
-        # coming late, as against one late event.
-        self.patient_short: deque[bool] = deque(maxlen=_EAGER_HISTORY)
+        # Per streak, for the last _EAGER_HISTORY: whether the call that waited the patience
+        # after a call with everyone (the first of a streak of short calls, or one more call
+        # with everyone) was short. The evidence of a host that keeps coming late, as against
+        # one late step, however many calls that step makes.
+        self.late_starts: deque[bool] = deque(maxlen=_EAGER_HISTORY)
         # The longest silence per call that rounds completed by every host ended (mean, mean
         # deviation over calls): what adaptive patience follows.
         self.wait_avg: float | None = None
@@ -603,6 +605,7 @@ class SlotStreamer:
                      self.calls % TAG_CALLS, _prediction(self.scales.get(blocks.shape[0])))
         self.calls += 1
         forced = self.short_streak >= self.cfg.staleness
+        after_complete = self.short_streak == 0
         # Someone was left out too often: this call waits for everyone.
         patience = None if forced else self.patience_now()
         call.quorum = patience is not None
@@ -662,12 +665,13 @@ class SlotStreamer:
         self._counts = call.counts
         short = bool(np.any(call.counts < self.cfg.complete))
         self.short_streak = self.short_streak + 1 if short else 0
-        if call.quorum and not call.eager:
-            self.patient_short.append(short)
-        # A host late once (jitter, a busy machine) leaves the next call waiting the patience
-        # again; only a host late in more of the calls that waited makes the next close at
-        # once (docs/protocol.md, "Quorum"). Every host reads the same counts, so all agree.
-        self.eager = short and sum(self.patient_short) >= _EAGER_EVIDENCE
+        if call.quorum and after_complete:  # (an eager call never follows a complete one)
+            self.late_starts.append(short)
+        # A host late for one step (jitter, a busy machine), in however many calls, leaves
+        # the calls after it waiting the patience again; only a host late at the start of
+        # more streaks makes the next call close at once (docs/protocol.md, "Quorum"). Every
+        # host reads the same counts, so all agree.
+        self.eager = short and sum(self.late_starts) >= _EAGER_EVIDENCE
         self.stats.short_calls += short
         return call.out, call.agreed
 
@@ -813,10 +817,10 @@ class SlotStreamer:
         # asks for CLOSE at once: that host is late for this round too, unless it catches up
         # before the quorum is in. Only once: the round after waits again, so a host that was
         # only a little late (jitter) is not cut from every later round of the call. In an
-        # eager call (a short call after others that waited and were short: see _run), every
-        # packet asks at once (docs/protocol.md, "Rounds, quorum and late contributions"),
-        # until a call completes with everyone: at the latest the one the staleness bound
-        # makes wait.
+        # eager call (one after a short call, when hosts were late at the start of other
+        # streaks too: see _run), every packet asks at once (docs/protocol.md, "Rounds,
+        # quorum and late contributions"), until a call completes with everyone: at the
+        # latest the one the staleness bound makes wait.
         # Never from a packet that abstains: the switch counts it towards the quorum, and a
         # round it closed would hold one host fewer than the quorum promises. Except at a
         # speculative scale: counted, its proposal (above the prediction) makes the round

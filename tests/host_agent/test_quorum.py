@@ -442,6 +442,19 @@ def test_a_round_after_one_that_waited_the_whole_patience_asks_to_close_at_once(
         h.close()
 
 
+
+def one_call(hosts: list[SlotStreamer], tensors, c: int, late: dict[int, float]):
+    """Call c (every host's tensor times c + 1) on every host, host i late[i] seconds late.
+    Checks that every host got the same sum and counts, each element the sum of as many hosts'
+    values as its count says; returns the counts."""
+    results, counts = run_calls(hosts, [t * (c + 1) for t in tensors], 1, late=late)
+    for i in range(HOSTS):
+        assert np.array_equal(results[i][0], results[0][0]), (c, i)
+        assert np.array_equal(counts[i][0], counts[0][0]), (c, i)
+    assert np.all(made_of(results[0][0], counts[0][0], [t * (c + 1) for t in tensors])), c
+    return counts[0][0]
+
+
 def test_a_host_late_once_is_waited_for_again_in_the_next_call():
     """Quorum 2 of 3, patience 50 ms, staleness 8: host 3 is 0.4 s late for the second of four
     calls only (jitter, a busy machine). That call closes without it; the next is not eager
@@ -452,13 +465,11 @@ def test_a_host_late_once_is_waited_for_again_in_the_next_call():
     tensors = random_tensors(HOSTS, 12 * P.K, seed=21)
     try:
         for c, late in enumerate(({}, {2: 0.4}, {}, {})):
-            results, counts = run_calls(hosts, tensors, 1, late=late)
-            assert all(np.array_equal(r[0], results[0][0]) for r in results), c
-            assert np.all(made_of(results[0][0], counts[0][0], tensors)), c
+            n = one_call(hosts, tensors, c, late)
             if c == 1:
-                assert np.any(counts[0][0] == 2), "the late call closed without host 3"
+                assert np.any(n == 2), "the late call closed without host 3"
             else:
-                assert np.all(counts[0][0] == 3), f"call {c + 1} left someone out"
+                assert np.all(n == 3), f"call {c + 1} left someone out"
             assert not any(h.eager for h in hosts), c
         assert [h.stats.short_calls for h in hosts] == [1, 1, 1]
     finally:
@@ -466,27 +477,72 @@ def test_a_host_late_once_is_waited_for_again_in_the_next_call():
             h.close()
 
 
-def test_a_host_late_call_after_call_makes_the_calls_close_at_once():
-    """Quorum 2 of 3, patience 50 ms, staleness 8, host 3 0.4 s late for every call: the
-    first two calls wait the patience and close without it; with two short calls that waited,
-    the third asks for CLOSE in every packet when first sent (it waits no patience), and so
-    does the fourth. Every host agrees, and every sum holds the hosts its counts say."""
+def test_a_host_late_for_one_step_of_several_calls_is_waited_for_in_the_next_step():
+    """Quorum 2 of 3, patience 50 ms, staleness 8, steps of three calls (a model's buckets):
+    host 3 starts the second of four steps 0.25 s late, so more than one of that step's calls
+    may close without it. However many, it is one late step: no call after it is eager, and
+    the two steps after hold everyone in every call, on every host."""
     sw = LoopbackSwitch(HOSTS, slots=8, quorum=2)
     hosts = streamers(sw, 8, patience=0.05, staleness=8)
+    tensors = random_tensors(HOSTS, 4 * P.K, seed=23)
+    calls = 3
+    try:
+        for step in range(4):
+            late = 0.25 if step == 1 else 0.0
+            results = [[None] * calls for _ in hosts]
+            counts = [[None] * calls for _ in hosts]
+
+            def work(i, step=step, late=late, results=results, counts=counts):
+                if i == 2:
+                    time.sleep(late)  # its whole step starts late, as after a slow backward
+                for b in range(calls):
+                    scale = 1 + step * calls + b
+                    results[i][b] = hosts[i].allreduce(tensors[i] * scale)
+                    counts[i][b] = hosts[i].last_counts.copy()
+
+            each_host(work, HOSTS)
+            for b in range(calls):
+                scale = 1 + step * calls + b
+                for i in range(HOSTS):
+                    assert np.array_equal(results[i][b], results[0][b]), (step, b, i)
+                    assert np.array_equal(counts[i][b], counts[0][b]), (step, b, i)
+                assert np.all(made_of(results[0][b], counts[0][b],
+                                      [t * scale for t in tensors])), (step, b)
+                if step == 1 and b == 0:
+                    assert np.any(counts[0][b] == 2), "the late step's first call was short"
+                if step >= 2:
+                    assert np.all(counts[0][b] == 3), (step, b)
+            assert not any(h.eager for h in hosts), step
+    finally:
+        for h in hosts:
+            h.close()
+
+
+def test_a_host_late_call_after_call_makes_the_calls_close_at_once():
+    """Quorum 2 of 3, patience 50 ms, staleness 2, host 3 0.4 s late for every call. Calls
+    1-2 wait the patience and close without it; call 3 waits for everyone (the bound). Call 4
+    starts a second streak with host 3 late again: with that evidence call 5 asks for CLOSE in
+    every packet when first sent (it waits no patience); call 6 waits for everyone again.
+    Every host agrees on every sum and count."""
+    sw = LoopbackSwitch(HOSTS, slots=8, quorum=2)
+    hosts = streamers(sw, 8, patience=0.05, staleness=2)
     tensors = random_tensors(HOSTS, 12 * P.K, seed=22)
     try:
-        for c in range(4):
+        for c in range(6):
             before = [h.stats.closes for h in hosts]
             eager = [h.eager for h in hosts]
-            assert eager == [c >= 2] * HOSTS, (c, eager)
-            results, counts = run_calls(hosts, tensors, 1, late={2: 0.4})
-            assert all(np.array_equal(r[0], results[0][0]) for r in results), c
-            assert np.all(made_of(results[0][0], counts[0][0], tensors)), c
-            assert np.any(counts[0][0] == 2), c
-            if c >= 2:  # every first send of the in-time hosts asked for CLOSE
-                closes = [h.stats.closes - b for h, b in zip(hosts, before, strict=True)]
+            # (After call 5 they stay eager, but call 6 is the bound's: it waits all the same.)
+            assert eager == [c in (4, 5)] * HOSTS, (c, eager)
+            n = one_call(hosts, tensors, c, {2: 0.4})
+            closes = [h.stats.closes - b for h, b in zip(hosts, before, strict=True)]
+            if c in (2, 5):
+                assert np.all(n == 3), f"call {c + 1} should have waited for everyone"
+                assert closes == [0] * HOSTS, (c, closes)  # nobody asked to close a round
+            else:
+                assert np.any(n == 2), c
+            if c == 4:  # every first send of the in-time hosts asked for CLOSE
                 assert min(closes[:2]) >= 12, (c, closes)
-        assert [h.short_streak for h in hosts] == [4] * HOSTS
+        assert [h.stats.short_calls for h in hosts] == [4] * HOSTS
     finally:
         for h in hosts:
             h.close()
