@@ -442,16 +442,21 @@ def test_a_round_after_one_that_waited_the_whole_patience_asks_to_close_at_once(
         h.close()
 
 
+def assert_agreed(results: list[np.ndarray], counts: list[np.ndarray], sent, where) -> None:
+    """One call's result and counts on every host: the same on all, each element the sum of
+    as many hosts' values (`sent`, what each host summed) as its count says."""
+    for i in range(HOSTS):
+        assert np.array_equal(results[i], results[0]), (where, i)
+        assert np.array_equal(counts[i], counts[0]), (where, i)
+    assert np.all(made_of(results[0], counts[0], sent)), where
+
 
 def one_call(hosts: list[SlotStreamer], tensors, c: int, late: dict[int, float]):
-    """Call c (every host's tensor times c + 1) on every host, host i late[i] seconds late.
-    Checks that every host got the same sum and counts, each element the sum of as many hosts'
-    values as its count says; returns the counts."""
-    results, counts = run_calls(hosts, [t * (c + 1) for t in tensors], 1, late=late)
-    for i in range(HOSTS):
-        assert np.array_equal(results[i][0], results[0][0]), (c, i)
-        assert np.array_equal(counts[i][0], counts[0][0]), (c, i)
-    assert np.all(made_of(results[0][0], counts[0][0], [t * (c + 1) for t in tensors])), c
+    """Call c (every host's tensor times c + 1) on every host, host i late[i] seconds late,
+    checked (assert_agreed); returns the counts."""
+    sent = [t * (c + 1) for t in tensors]
+    results, counts = run_calls(hosts, sent, 1, late=late)
+    assert_agreed([r[0] for r in results], [n[0] for n in counts], sent, c)
     return counts[0][0]
 
 
@@ -503,11 +508,8 @@ def test_a_host_late_for_one_step_of_several_calls_is_waited_for_in_the_next_ste
             each_host(work, HOSTS)
             for b in range(calls):
                 scale = 1 + step * calls + b
-                for i in range(HOSTS):
-                    assert np.array_equal(results[i][b], results[0][b]), (step, b, i)
-                    assert np.array_equal(counts[i][b], counts[0][b]), (step, b, i)
-                assert np.all(made_of(results[0][b], counts[0][b],
-                                      [t * scale for t in tensors])), (step, b)
+                assert_agreed([r[b] for r in results], [n[b] for n in counts],
+                              [t * scale for t in tensors], (step, b))
                 if step == 1 and b == 0:
                     assert np.any(counts[0][b] == 2), "the late step's first call was short"
                 if step >= 2:
