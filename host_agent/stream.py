@@ -191,7 +191,9 @@ class _Call:
         # The first send of the older packet a probe resent last (SlotStreamer._probe); -1
         # after any result: a new silence starts with the oldest waiting packet.
         self.rotation = -1
-        self.payloads = np.zeros((used, P.PAYLOAD_BYTES), dtype=np.uint8)
+        # Each slot's packet as sent (kept for a resend): the fields no packet of the call
+        # changes are filled in once (SlotStreamer._header), the rest per send (_send).
+        self.payloads = np.zeros(used, dtype=packet.PAYLOAD_DTYPE)
 
     def fragments(self, slots: np.ndarray) -> np.ndarray:
         """The fragment each of `slots` is at (for an exponent packet, the one it announces)."""
@@ -281,7 +283,20 @@ class _Call:
         fragment again, quantized at that maximum, and that result is the sum."""
         agreed, most = self.agreed, recs["exp"]
         redo = self.redo[slots]
-        holds = ~redo & fx.speculation_holds(self.predicted[frags], most)
+        predicted = self.predicted[frags]
+        holds = ~redo & fx.speculation_holds(predicted, most)
+        if holds.all():  # (the usual batch: every speculation held, no mask to copy through)
+            self.proposed[frags] = most
+            agreed[frags] = scale = np.where(most == fx.POISON, fx.POISON, predicted)
+            self.counts[frags] = recs["num_contrib"]
+            data = scale != fx.POISON
+            if data.all():
+                self.out[frags] = fx.dequantize(recs["values"], scale, self.s_bits)
+            elif data.any():
+                self.out[frags[data]] = fx.dequantize(recs["values"][data], scale[data],
+                                                      self.s_bits)
+            self.step[slots] += 1
+            return slots[slots + self.step[slots] * self.used < self.nfrag]
         self.proposed[frags[~redo]] = most[~redo]
         agreed[frags[holds]] = np.where(most[holds] == fx.POISON, fx.POISON,
                                         self.predicted[frags[holds]])
@@ -361,6 +376,18 @@ def _median(a: np.ndarray) -> float:
     return float(d[n // 2]) if n % 2 else float((d[n // 2 - 1] + d[n // 2]) / 2)
 
 
+def _first_of_each(idx: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """`idx` without the entries whose `key` an earlier entry has, in order (np.unique's
+    first occurrences, without its generic machinery: it runs on every batch of results)."""
+    if idx.size < 2:
+        return idx
+    order = np.argsort(key, kind="stable")
+    ranked = key[order]
+    repeat = np.zeros(idx.size, dtype=bool)
+    repeat[order[1:]] = ranked[1:] == ranked[:-1]
+    return idx[~repeat] if repeat.any() else idx
+
+
 def _records(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Datagram rows as PASSING records, and each one's slot as an index."""
     recs = np.ascontiguousarray(rows).view(packet.PAYLOAD_DTYPE).ravel()
@@ -427,9 +454,13 @@ class SlotStreamer:
             raise ValueError(f"pool {cfg.pool}: a pool number, 0..2^31-1 (JobParams.pool)")
         self._pool_flag = int(P.Flag.POOL) if cfg.pool & 1 else 0
         self._result_flags = int(P.Flag.RESULT) | self._pool_flag
+        self._epoch_bits = P.version_of(cfg.pool, 0)
         if not 0 < cfg.session < 1 << 64:
             raise ValueError(f"session {cfg.session}: a non-zero 64-bit number "
                              "(host_agent.session.new_session)")
+        # What every packet of this host's stream carries alike, checked once here rather than
+        # per batch: the fields _send leaves as they are.
+        self._header = self._fixed_header(cfg)
 
     def _sample_rtt(self, rtt: float) -> None:
         if self.srtt is None:
@@ -449,6 +480,9 @@ class SlotStreamer:
             self._counts, self._counts_n, self._last_counts = np.zeros(0, dtype=np.int64), 0, None
             return np.zeros(0)
         nfrag = -(-n // P.K)
+        if nfrag >= 1 << 32:
+            raise ValueError(f"{n} values: more fragments than a packet's 32-bit frag field "
+                             "numbers; split the tensor")
         # float32 values stay float32 until quantized (per batch, in float64): half the memory
         # to fill and scan; anything else is kept as float64, exactly.
         blocks = np.zeros((nfrag, P.K), dtype=np.float32 if flat.dtype == np.float32
@@ -603,6 +637,8 @@ class SlotStreamer:
         """Every fragment of `blocks` through the switch: (sums, agreed exponents)."""
         call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams,
                      self.calls % TAG_CALLS, _prediction(self.scales.get(blocks.shape[0])))
+        call.payloads[:] = self._header
+        call.payloads["slot"] = np.arange(call.used)
         self.calls += 1
         forced = self.short_streak >= self.cfg.staleness
         after_complete = self.short_streak == 0
@@ -828,13 +864,20 @@ class SlotStreamer:
         holds_back = abstain & ~call.speculating(slots)
         close = (call.close_next[slots] | call.eager) & call.quorum & ~holds_back
         call.abstaining[slots] = holds_back
-        batch = packet.pack_batch(values, pool=cfg.pool, job_id=cfg.job_id, slot=slots,
-                                  contributor=cfg.contributor,
-                                  flags=np.where(close, int(P.Flag.CONTRIB | P.Flag.CLOSE),
-                                                 int(P.Flag.CONTRIB)) | self._pool_flag,
-                                  round=rounds, frag=frag,
-                                  num_contrib=np.where(abstain, 0, cfg.local_gpus),
-                                  exp=exp, tag=call.tags(slots, frag), session=cfg.session)
+        # The slots' packets, their fixed fields as the call began (job, slot, contributor,
+        # session), the rest set here; every value fits its field by construction (rounds
+        # are uint32, fragments fewer than 2**32 (allreduce), exponents uint8).
+        batch = call.payloads[slots]
+        batch["flags"] = np.where(close, int(P.Flag.CONTRIB | P.Flag.CLOSE),
+                                  int(P.Flag.CONTRIB)) | self._pool_flag
+        batch["version"] = self._epoch_bits | (rounds & 1)
+        batch["round"] = rounds
+        batch["frag"] = frag
+        batch["num_contrib"] = np.where(abstain, 0, cfg.local_gpus)
+        batch["exp"] = exp
+        batch["tag"] = call.tags(slots, frag)
+        batch["values"] = values
+        call.payloads[slots] = batch  # kept for a resend
         seq = self._next_seq(slots.size)
         call.pending[slots] = True
         call.p_frag[slots] = frag
@@ -846,25 +889,35 @@ class SlotStreamer:
         call.close[slots] = close
         call.waited[slots] = False
         self.stats.closes += int(close.sum())
-        rows = packet.payload_rows(batch)
-        call.payloads[slots] = rows  # kept for a resend
+        self._transmit(packet.payload_rows(batch))
+        call.sent[slots] = call.first_sent[slots] = time.monotonic()
+        self.stats.packets += slots.size
+
+    def _transmit(self, rows: np.ndarray) -> None:
+        """Each row one datagram, in order: in one batch where the transport takes batches."""
         send_rows = getattr(self.transport, "send_rows", None)
         if send_rows is not None:
             send_rows(rows)
         else:
             for row in rows:
                 self.transport.send(row.tobytes())
-        call.sent[slots] = call.first_sent[slots] = time.monotonic()
-        self.stats.packets += slots.size
+
+    @staticmethod
+    def _fixed_header(cfg: StreamConfig) -> np.ndarray:
+        """One payload record with the fields every packet of `cfg`'s stream carries alike
+        (values zero); ProtocolError if one does not fit its field."""
+        return packet.pack_batch(np.zeros((1, P.K), dtype=np.int32), pool=cfg.pool,
+                                 job_id=cfg.job_id, contributor=cfg.contributor,
+                                 num_contrib=cfg.local_gpus, session=cfg.session)[0]
 
     def _resend(self, call: _Call, slots: np.ndarray, now: float, probe: bool,
                 rotated: bool = False) -> None:
         """Send the packets `slots` wait on again, marked RETRANS (and CLOSE once their
         patience ran out); `rotated`: in a probe's turn through the older packets."""
         flags = int(P.Flag.CONTRIB | P.Flag.RETRANS) | self._pool_flag
-        for s in slots.tolist():
-            f = flags | int(P.Flag.CLOSE) if call.close[s] else flags
-            self.transport.send(packet.with_flags(call.payloads[s], f))
+        batch = call.payloads[slots]
+        batch["flags"] = np.where(call.close[slots], flags | int(P.Flag.CLOSE), flags)
+        self._transmit(packet.payload_rows(batch))
         call.last_seq[slots] = self._next_seq(slots.size)
         call.sent[slots] = now
         call.resent[slots] = True
@@ -989,18 +1042,21 @@ class SlotStreamer:
                 self.stats.ignored += other
                 if len(rows):
                     recs, slot = _records(rows)
-                    kept = self._keep_early(recs, slot, np.zeros(0, dtype=np.int64), None)
+                    kept = self._keep_early(recs, slot, self._ours(recs, slot), None)
                     self.stats.ignored += len(rows) - kept
             time.sleep(0)  # a call waiting for `_io` gets it now
 
-    def _keep_early(self, recs: np.ndarray, slot: np.ndarray, matched: np.ndarray,
+    def _ours(self, recs: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """Which records are results of this job's session, on a slot of its window."""
+        return ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == self._result_flags)
+                & (recs["session"] == self.cfg.session) & (slot < self.cfg.window))
+
+    def _keep_early(self, recs: np.ndarray, slot: np.ndarray, unmatched: np.ndarray,
                     call: _Call | None) -> int:
         """Keep the results of rounds this host has not sent yet (see `early`), of this call
-        (None: between calls) or a later one; how many were kept."""
-        mine = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == self._result_flags)
-                & (recs["session"] == self.cfg.session) & (slot < self.cfg.window))
-        mine[matched] = False  # (a mask: setdiff1d sorts, at every batch of a call)
-        rest = np.flatnonzero(mine)
+        (None: between calls) or a later one, among those `unmatched` marks (_ours, less
+        those the call took); how many were kept."""
+        rest = np.flatnonzero(unmatched)
         if not rest.size or len(self.early) >= _EARLY_MAX:
             return 0
         s = slot[rest]
@@ -1025,17 +1081,16 @@ class SlotStreamer:
         if not len(rows):
             return none
         recs, slot = _records(rows)
-        ok = ((recs["job_id"] == self.cfg.job_id) & (recs["flags"] == self._result_flags)
-              & ((recs["tag"] & _TAG_CALL) == call.tag) & (recs["session"] == self.cfg.session)
-              & (slot < call.used))
-        cand = np.flatnonzero(ok)
+        ours = self._ours(recs, slot)
+        cand = np.flatnonzero(ours & ((recs["tag"] & _TAG_CALL) == call.tag)
+                              & (slot < call.used))
         s = slot[cand]
         cand = cand[call.pending[s] & (call.p_frag[s] == recs["frag"][cand])
                     & (call.p_round[s] == recs["round"][cand])]
         # A slot's result may arrive twice in one batch (a resend's answer): take the first.
-        _, first = np.unique(slot[cand], return_index=True)
-        keep = cand[np.sort(first)]
-        stashed = self._keep_early(recs, slot, keep, call)
+        keep = _first_of_each(cand, slot[cand])
+        ours[keep] = False
+        stashed = self._keep_early(recs, slot, ours, call)
         self.stats.ignored += len(rows) - keep.size - stashed
         if not keep.size:
             return none

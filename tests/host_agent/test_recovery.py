@@ -166,3 +166,45 @@ def test_losses_that_leave_each_host_probing_a_packet_only_the_other_can_answer(
     # Each host resends what it lost (and possibly the packet it probes first): a few
     # packets, not a stall until the deadline.
     assert all(s.stats.retransmissions <= 6 for s in streamers), [s.stats for s in streamers]
+
+
+class Echoing:
+    """A host's transport on which every batch of results arrives twice over, in one receive
+    (a, b, c, a, b, c): each slot's result comes twice in a batch, as when a resend's answer
+    comes with the first one's."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.doubled = 0
+
+    def send(self, payload: bytes) -> None:
+        self.inner.send(payload)
+
+    def recv(self, timeout: float) -> list[bytes]:
+        got = self.inner.recv(timeout)
+        self.doubled += len(got)
+        return got + got
+
+
+def test_a_result_twice_in_one_batch_is_taken_once():
+    """The second copy must be neither summed again nor taken for the slot's next round."""
+    tensors = random_tensors(2, 60 * P.K, seed=13)
+    switch = LoopbackSwitch(2)
+    hooks = {}
+
+    def wrap(port, t):
+        hooks[port] = Echoing(t) if port == 1 else t
+        return hooks[port]
+
+    # No timer fires within the test (a busy machine could otherwise make a probe, whose
+    # answer would be one more result).
+    results, streamers = run_hosts(switch, tensors, calls=3, wrap=wrap, rto=30.0,
+                                   min_rto=30.0, max_rto=30.0)
+    check(results, tensors)
+    host = streamers[0].stats
+    assert hooks[1].doubled > 0
+    # Every copy is ignored, and nothing else is: no packet is resent, so each result taken is
+    # the answer to one packet.
+    assert host.ignored == hooks[1].doubled
+    assert host.results == host.packets == streamers[1].stats.packets
+    assert host.retransmissions == 0
