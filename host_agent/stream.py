@@ -903,7 +903,7 @@ class SlotStreamer:
                 self.transport.send(row.tobytes())
 
     @staticmethod
-    def _fixed_header(cfg: StreamConfig) -> np.ndarray:
+    def _fixed_header(cfg: StreamConfig) -> np.void:
         """One payload record with the fields every packet of `cfg`'s stream carries alike
         (values zero); ProtocolError if one does not fit its field."""
         return packet.pack_batch(np.zeros((1, P.K), dtype=np.int32), pool=cfg.pool,
