@@ -445,11 +445,11 @@ class SlotStreamer:
         self._stop = threading.Event()
         self._drain_stop = threading.Event()  # back to waiting for everyone (set_policy)
         self._drainer: threading.Thread | None = None
-        if cfg.patience is not None:
-            self._start_reading()
-        self._counts = np.zeros(0, dtype=np.int64)  # GPUs in each fragment of the last sum
-        self._counts_n = 0  # ... of its values
-        self._last_counts: np.ndarray | None = None
+        # Checked before the reader thread starts, so that a bad configuration leaves nothing
+        # running.
+        if not 0 < cfg.window <= 1 << 16:
+            raise ValueError(f"window {cfg.window}: 1..65536 slots (a packet's slot field is "
+                             "16 bits)")
         if not 0 <= cfg.pool <= 0x7FFFFFFF:
             raise ValueError(f"pool {cfg.pool}: a pool number, 0..2^31-1 (JobParams.pool)")
         self._pool_flag = int(P.Flag.POOL) if cfg.pool & 1 else 0
@@ -461,6 +461,11 @@ class SlotStreamer:
         # What every packet of this host's stream carries alike, checked once here rather than
         # per batch: the fields _send leaves as they are.
         self._header = self._fixed_header(cfg)
+        if cfg.patience is not None:
+            self._start_reading()
+        self._counts = np.zeros(0, dtype=np.int64)  # GPUs in each fragment of the last sum
+        self._counts_n = 0  # ... of its values
+        self._last_counts: np.ndarray | None = None
 
     def _sample_rtt(self, rtt: float) -> None:
         if self.srtt is None:
@@ -905,10 +910,14 @@ class SlotStreamer:
     @staticmethod
     def _fixed_header(cfg: StreamConfig) -> np.void:
         """One payload record with the fields every packet of `cfg`'s stream carries alike
-        (values zero); ProtocolError if one does not fit its field."""
-        return packet.pack_batch(np.zeros((1, P.K), dtype=np.int32), pool=cfg.pool,
-                                 job_id=cfg.job_id, contributor=cfg.contributor,
-                                 num_contrib=cfg.local_gpus, session=cfg.session)[0]
+        (values zero); ValueError if one does not fit its field."""
+        try:
+            return packet.pack_batch(np.zeros((1, P.K), dtype=np.int32), pool=cfg.pool,
+                                     job_id=cfg.job_id, contributor=cfg.contributor,
+                                     num_contrib=cfg.local_gpus, session=cfg.session)[0]
+        except packet.ProtocolError as e:
+            raise ValueError(f"stream config: {e} (job_id goes in the job_id field, "
+                             "contributor in contributor, local_gpus in num_contrib)") from None
 
     def _resend(self, call: _Call, slots: np.ndarray, now: float, probe: bool,
                 rotated: bool = False) -> None:

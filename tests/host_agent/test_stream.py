@@ -268,3 +268,27 @@ def test_a_policy_change_between_calls_starts_and_stops_the_reader_and_keeps_the
     s.close()
     again.join(5)
     assert readers() == []
+
+
+class _Silent:
+    def send(self, payload: bytes) -> None:
+        pass
+
+    def recv(self, timeout: float) -> list[bytes]:
+        time.sleep(timeout)
+        return []
+
+
+@pytest.mark.parametrize("bad,says", [(dict(contributor=300), "contributor"),
+                                      (dict(window=70000), "window"), (dict(window=0), "window"),
+                                      (dict(job_id=1 << 16), "job_id"),
+                                      (dict(local_gpus=1 << 16), "local_gpus"),
+                                      (dict(pool=-1), "pool"), (dict(session=0), "session")])
+def test_a_config_that_does_not_fit_the_packet_is_refused_before_anything_runs(bad, says):
+    """A field a packet cannot carry (a 70000-slot window would number slot 65537 as slot 1)
+    is a clear error when the streamer is made, and no reader thread is left behind."""
+    fields = dict(job_id=1, contributor=0, window=8, streams=2, session=5, patience=0.1)
+    fields.update(bad)
+    with pytest.raises(ValueError, match=says):
+        SlotStreamer(StreamConfig(**fields), _Silent())
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("passing-drain")]
