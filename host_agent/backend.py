@@ -33,6 +33,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import AllgatherOptions
 from torch.distributed import PrefixStore
 
 from host_agent.allreduce import PassingAllreduce
@@ -196,8 +197,9 @@ class PassingProcessGroup(dist.ProcessGroup):
         self._delegates = {}
         for device, kind, backend in _backends(PrefixStore("delegate/", store), rank, size,
                                                timeout):
-            # Registered as this group's own device backends: every collective not
-            # overridden below runs on them through c10d's ordinary dispatch.
+            # Registered as this group's own device backends: a collective not
+            # overridden below (reduce, gather, scatter, ...) runs on them through c10d's
+            # ordinary dispatch.
             self._register_backend(device, kind, backend)
             self._delegates[device.type] = backend
         self._set_default_backend(_BackendType.GLOO)
@@ -272,6 +274,53 @@ class PassingProcessGroup(dist.ProcessGroup):
                 self.allreduce([t], one).wait()
             return _done(tensors)
         return self._delegate(tensors).allreduce_coalesced(tensors, opts)
+
+    # The collectives below are handed to the device's backend here, in Python, rather than
+    # left to c10d's dispatch. torch's trampoline for a Python ProcessGroup (PyProcessGroup's
+    # WORK_OVERRIDE) runs the inherited collective with the GIL still held, and gloo enqueues
+    # it under its work lock; gloo's worker, meanwhile, may be freeing the previous
+    # collective's tensors under that lock and need the GIL to drop their Python objects. The
+    # two then wait for each other forever (seen: all_gather_object after all_gather, about
+    # one run in five). Called from here, the backend's own bindings release the GIL first.
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else AllgatherOptions()
+        return self._delegate(input_tensors).allgather(output_tensors, input_tensors, opts)
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.BroadcastOptions()
+        return self._delegate(tensors).broadcast(tensors, opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        return self._delegate(output_tensors).reduce_scatter(output_tensors, input_tensors, opts)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        return self._delegate([input]).alltoall_base(output, input, output_split_sizes,
+                                                     input_split_sizes, opts)
+
+    def barrier(self, opts=None):
+        opts = opts if opts is not None else dist.BarrierOptions()
+        return self._delegates["cpu"].barrier(opts)
+
+    def send(self, tensors, dst_rank, tag):
+        return self._delegate(tensors).send(tensors, dst_rank, tag)
+
+    def recv(self, tensors, src_rank, tag):
+        return self._delegate(tensors).recv(tensors, src_rank, tag)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        # The backends' Python bindings have no coalesced form: one gather per pair.
+        opts = opts if opts is not None else AllgatherOptions()
+        for out, inp in zip(outputs, inputs, strict=False):
+            self._delegate([inp])._allgather_base(out, inp, opts).wait()
+        return _done(outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        for out, inp in zip(outputs, inputs, strict=False):
+            self._delegate([inp])._reduce_scatter_base(out, inp, opts).wait()
+        return _done(outputs)
 
     def _delegate(self, tensors: list[torch.Tensor]):
         kind = tensors[0].device.type if tensors else "cpu"

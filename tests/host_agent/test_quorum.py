@@ -27,10 +27,24 @@ from tests.host_agent.threads import each_host
 HOSTS = 3
 
 
+_made: list[SlotStreamer] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_streamers():
+    """A quorum job's streamers read between calls; each test's are closed after it, so no
+    reader of one test is still running in the next."""
+    yield
+    while _made:
+        _made.pop().close()
+
+
 def streamers(switch: LoopbackSwitch, window: int, **cfg) -> list[SlotStreamer]:
     session = new_session()
-    return [SlotStreamer(StreamConfig(switch.job_id, p - 1, window, HOSTS, session, **cfg),
+    made = [SlotStreamer(StreamConfig(switch.job_id, p - 1, window, HOSTS, session, **cfg),
                          switch.transport(p)) for p in range(1, HOSTS + 1)]
+    _made.extend(made)
+    return made
 
 
 def run_calls(hosts: list[SlotStreamer], tensors, calls: int, late: dict[int, float]):

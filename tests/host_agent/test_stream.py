@@ -289,6 +289,8 @@ def test_a_config_that_does_not_fit_the_packet_is_refused_before_anything_runs(b
     is a clear error when the streamer is made, and no reader thread is left behind."""
     fields = dict(job_id=1, contributor=0, window=8, streams=2, session=5, patience=0.1)
     fields.update(bad)
+    before = set(threading.enumerate())
     with pytest.raises(ValueError, match=says):
         SlotStreamer(StreamConfig(**fields), _Silent())
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("passing-drain")]
+    started = [t.name for t in threading.enumerate() if t not in before]
+    assert not [name for name in started if name.startswith("passing-drain")], started
