@@ -301,7 +301,10 @@ class PassingProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
-        return self._delegates["cpu"].barrier(opts)
+        # On the device barrier() chose (NCCL's barrier is an all-reduce on a GPU), as c10d's
+        # own dispatch does; on gloo where none was chosen.
+        kind = opts.device.type if opts.device is not None else "cpu"
+        return self._delegates.get(kind, self._delegates["cpu"]).barrier(opts)
 
     def send(self, tensors, dst_rank, tag):
         return self._delegate(tensors).send(tensors, dst_rank, tag)
