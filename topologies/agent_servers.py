@@ -188,8 +188,8 @@ class AgentServers:
 
 
 def _end(proc: subprocess.Popen) -> None:
-    """Kill an agent started here (its ranks die with it: PR_SET_PDEATHSIG) and close our
-    ends of its pipes."""
+    """Kill an agent started here (its ranks die with it: each watches it, bench.agent.worker)
+    and close our ends of its pipes."""
     if proc.poll() is None:
         proc.kill()
     proc.wait()

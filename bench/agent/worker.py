@@ -1,15 +1,19 @@
 """One local rank of `passing-agent`: what it does for one command (timed all-reduces of a
 strategy, or training), and the loop that keeps it alive between commands.
 
-A rank lives as long as its agent (bench.agent.pool): torch is imported once, and every
-command builds its own process groups and sockets and tears them down before the next, so one
-command cannot see another's state. Every report carries the command's number, so a report of
-a command given up on is never taken for the next one's.
+A rank lives as long as its agent (bench.agent.pool), forked from a server that imported
+torch once for all of the agent's ranks; every command builds its own process groups and
+sockets and tears them down before the next, so one command cannot see another's state.
+Every report carries the command's number, so a report of a command given up on is never
+taken for the next one's.
 """
 
 from __future__ import annotations
 
 import os
+import select
+import signal
+import threading
 import time
 
 import numpy as np
@@ -22,18 +26,37 @@ from passing.contract import JobParams
 _GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_agent(agent: int) -> None:
     """A rank must not outlive its passing-agent: an orphaned leader would go on streaming as
-    if its host were still in the session."""
-    import ctypes
-    import signal
-
+    if its host were still in the session. The rank's parent is the agent's fork server
+    (bench.agent.pool), which stays up while any rank does (each holds its pipe), so the
+    parent's death signal alone would never come: a thread waits on the agent itself (a
+    pidfd, which becomes readable when it exits) and kills the rank then; the fork server
+    exits after its ranks, as the agent's other helper does."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        watched = os.pidfd_open(agent)
+    except ProcessLookupError:
+        os._exit(1)  # the agent was gone before the rank started
     except (OSError, AttributeError):
-        return  # not Linux: the parent's own cleanup is all there is
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
+        watched = None  # no pidfd (not Linux 5.3+): the agent is asked instead, every second
+
+    def wait_for_the_agent() -> None:
+        if watched is not None:
+            select.select([watched], [], [])
+        else:
+            while _alive(agent):
+                time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)  # as the agent's own SIGKILL would end it
+
+    threading.Thread(target=wait_for_the_agent, name="passing-agent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class _Tagged:
@@ -46,12 +69,15 @@ class _Tagged:
         self.out.put({**report, "run": self.run})
 
 
-def serve(rank: int, commands, out, parent: int) -> None:
+def serve(rank: int, commands, out, agent: int, environ: dict[str, str]) -> None:
     """The life of local rank `rank`: run each command from `commands` (a job dict, see
     bench.agent.pool) until None, then report "idle" with the command's number. The pool
     takes a rank that does not come back idle for stuck (a peer failed mid-collective) and
-    starts the ranks afresh."""
-    _die_with_parent(parent)
+    starts the ranks afresh. `environ`: the agent's environment when it started the rank (a
+    forked rank has its fork server's)."""
+    _die_with_agent(agent)
+    os.environ.clear()
+    os.environ.update(environ)
     while (job := commands.get()) is not None:
         # The one variable a command sets (a baseline's interface): put back as it was.
         ifname = os.environ.get(_GLOO_IFNAME)

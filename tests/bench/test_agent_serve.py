@@ -19,6 +19,7 @@ import pytest
 
 from testbed.loopback import UdpLoopbackSwitch
 from tests import REPO
+from tests.agent_ranks import descendants, rank_processes
 from topologies import agent_servers
 from topologies.agent_servers import AgentServers
 
@@ -134,26 +135,56 @@ def test_a_failed_command_restarts_the_ranks_and_the_next_one_is_correct(job):
     assert len(_store_dirs(agents["h1"])) == 1, "the failed ranks' directory was left behind"
 
 
-def test_end_of_input_stops_the_agent_and_its_ranks(job):
-    path, agents = job
-    res = _all(agents, ["--params", str(path), "--size", "1K", "--iters", "1"])
-    assert all(r["ok"] and r["correct"] for r in res.values()), res
-    ranks = subprocess.run(["pgrep", "-P", str(agents["h1"].proc.pid)], capture_output=True,
-                           text=True).stdout.split()
-    assert len(ranks) >= 2, "the ranks should be up between commands"
-    agents["h1"].send("quit")
-    assert agents["h1"].proc.wait(60) == 0
-    assert not _store_dirs(agents["h1"])
-    # The agent's other children (multiprocessing's helper processes) notice their parent's
-    # exit only once their pipe closes: a few seconds' grace, not a leak.
-    deadline = time.monotonic() + 10
-    for pid in ranks:
+def _all_gone(pids: list[int], why: str, grace: float = 10) -> None:
+    # The ranks see their agent end through a pidfd, the fork server and the resource
+    # tracker once their pipes close after that: a few seconds' grace, not a leak.
+    deadline = time.monotonic() + grace
+    for pid in pids:
         while os.path.exists(f"/proc/{pid}") and _state(pid) != "Z":
-            assert time.monotonic() < deadline, f"process {pid} outlived its agent"
+            assert time.monotonic() < deadline, \
+                f"process {pid} ({_cmdline(pid)}) outlived its agent ({why})"
             time.sleep(0.1)
 
 
-def _state(pid: str) -> str:
+def _processes_after_a_command(job) -> list[int]:
+    """One correct command on both hosts, then every process below h1's agent, its 2 ranks
+    among them (they stay up between commands)."""
+    path, agents = job
+    res = _all(agents, ["--params", str(path), "--size", "1K", "--iters", "1"])
+    assert all(r["ok"] and r["correct"] for r in res.values()), res
+    ranks = rank_processes(agents["h1"].proc.pid)
+    assert len(ranks) == 2, f"the 2 ranks should be up between commands: {ranks}"
+    return descendants(agents["h1"].proc.pid)
+
+
+def test_end_of_input_stops_the_agent_and_its_ranks(job):
+    below = _processes_after_a_command(job)
+    agent = job[1]["h1"]
+    agent.send("quit")
+    assert agent.proc.wait(60) == 0
+    assert not _store_dirs(agent)
+    _all_gone(below, "quit")
+
+
+def test_a_killed_agent_takes_its_ranks_with_it(job):
+    """An agent killed outright (how a driver ends a stuck one) cleans nothing up itself: its
+    ranks and their fork server must still end, or an orphaned leader would stream on."""
+    below = _processes_after_a_command(job)
+    agent = job[1]["h1"]
+    agent.proc.kill()
+    agent.proc.wait(10)
+    _all_gone(below, "SIGKILL")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str:
     """The process's state letter ("" if it is gone meanwhile)."""
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -10,12 +10,12 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from passing import protocol as P
 from testbed.loopback import UdpLoopbackSwitch
+from tests.agent_ranks import rank_processes
 
 
 def free_udp_port() -> int:
@@ -249,13 +249,6 @@ def test_training_through_the_switch_matches_gloo_ring(params_file):
     assert ring["accuracy"] > 0.5
 
 
-def _rank_processes(pid: int) -> list[int]:
-    """The local ranks passing-agent `pid` spawned (not multiprocessing's resource tracker)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(c) for c in children
-            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-
-
 def test_a_killed_leader_fails_its_host_at_once(params_file):
     """The leader rank dies without a report (killed, or crashed in native code): the agent
     ends with an error naming it, instead of waiting as long as every call's deadline
@@ -266,9 +259,9 @@ def test_a_killed_leader_fails_its_host_at_once(params_file):
     h1, h2 = agent(*common, "--host", "h1"), agent(*common, "--host", "h2")
     try:
         deadline = time.monotonic() + 120
-        while len(_rank_processes(h2.pid)) < 2 and time.monotonic() < deadline:
+        while len(rank_processes(h2.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
-        ranks = _rank_processes(h2.pid)
+        ranks = rank_processes(h2.pid)
         assert len(ranks) == 2 and h2.poll() is None
         time.sleep(10)  # streaming by now (torch starts in a few seconds)
         os.kill(min(ranks), signal.SIGKILL)  # local rank 0: started first
