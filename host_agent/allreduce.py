@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from host_agent.fixed_point import NonFiniteError
 from host_agent.pool_move import Policy, PooledStreamer
+from host_agent.scratch import Scratch
 from host_agent.session import agree_in_group
 from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
@@ -116,6 +117,7 @@ class PassingAllreduce:
         # is a collective only where it can answer more than 0.
         self.quorum_mode = stream_options.get("patience") is not None
         self.stream: PooledStreamer | None = None
+        self._scratch = Scratch()  # the leader's float64 sums, from call to call
         if self.is_leader:
             if transport is None:
                 transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
@@ -186,12 +188,16 @@ class PassingAllreduce:
         once, to out's dtype). (status code, message for the other local ranks)."""
         if self.stream is None:
             return _OTHER, "this PassingAllreduce is closed (its process group was destroyed)"
-        flat = local_sum.detach().to("cpu", torch.float64).numpy().ravel()
+        # float32 as the local stage summed it: the streamer quantizes it per batch in float64,
+        # exactly as a float64 copy, without a pass over the whole tensor to make one.
+        flat = local_sum.detach().cpu().numpy().ravel()
         complete = self.stream.cfg.complete
         # This call's policy: a live change (pool_move) applies from the next call on.
         quorum = self.stream.cfg.patience is not None
         try:
-            result = torch.from_numpy(self.stream.allreduce(flat).reshape(out.shape))
+            # The sums land in memory kept from the last call (host_agent.scratch).
+            sums = self._scratch.get("sums", (flat.size,), np.float64)
+            result = torch.from_numpy(self.stream.allreduce(flat, out=sums).reshape(out.shape))
             # (Spread over the elements only where a quorum may have closed rounds.)
             counts = self.stream.last_counts if quorum else None
         except NonFiniteError as e:

@@ -51,7 +51,8 @@ from collections.abc import Callable
 import numpy as np
 
 from host_agent import fixed_point as fx
-from host_agent.stream import SlotStreamer, StreamConfig, Transport
+from host_agent.scratch import Scratch
+from host_agent.stream import SlotStreamer, StreamConfig, Transport, check_out
 from passing import protocol as P
 from passing.contract import JobParams
 
@@ -161,11 +162,14 @@ class PoolVote:
                 continue
             self.offer(fresh)
 
-    def with_vote(self, flat: np.ndarray) -> np.ndarray:
-        """`flat` (float64) followed by this host's vote, as the call streams it."""
+    def with_vote(self, flat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """`flat` followed by this host's vote, as the call streams it: in `out` (call_size
+        floats, float32 where `flat` is, whatever it held before) or a new float64 array."""
         n = flat.size
-        out = np.zeros(call_size(n), dtype=np.float64)
+        if out is None:
+            out = np.empty(call_size(n), dtype=np.float64)
         out[:n] = flat
+        out[n:] = 0  # up to the vote's fragment, and the vote's lanes not set below
         with self._lock:
             nxt = self._next
         self._voted = nxt if nxt is not None and _newer(nxt, self.params) else self.params
@@ -221,6 +225,7 @@ class PooledStreamer:
             session=pool_session(cfg.session, params.pool, params.window)), transport)
         self.vote = PoolVote(params, source, poll)
         self.policy = policy
+        self._scratch = Scratch()  # a call's values with the vote, and its sums
         self._counted: tuple[SlotStreamer, int] | None = None  # the last call's streamer, n
 
     @property
@@ -235,18 +240,27 @@ class PooledStreamer:
     def cfg(self) -> StreamConfig:
         return self.streamer.cfg
 
-    def allreduce(self, flat: np.ndarray) -> np.ndarray:
-        """SlotStreamer.allreduce of the 1-d `flat`, in the job's current pool; `last_counts`
-        the GPUs each element's sum holds. A change happens after the call, never during it."""
+    def allreduce(self, flat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """SlotStreamer.allreduce of the 1-d `flat` (into `out` as there), in the job's current
+        pool; `last_counts` the GPUs each element's sum holds. A change happens after the
+        call, never during it."""
         n, cfg = flat.size, self.streamer.cfg
+        check_out(out, n)
         before = self.vote.params
-        total = self.streamer.allreduce(self.vote.with_vote(flat))
+        size = call_size(n)
+        voted = self.vote.with_vote(flat, self._scratch.get(
+            "voted", (size,), np.float32 if flat.dtype == np.float32 else np.float64))
+        total = self.streamer.allreduce(voted, out=self._scratch.get("total", (size,),
+                                                                      np.float64))
         start = vote_offset(n)
         moving = self.vote.decide(total[start:], self.streamer.counts_from(start), cfg.complete,
                                   cfg.streams)
         self._counted = (self.streamer, n)
+        if out is None:
+            out = np.empty(n)
+        out[:] = total[:n]  # (total is this streamer's, for the next call)
         if moving is None:
-            return total[:n]
+            return out
         rules = self.policy(moving) if self.policy is not None else {}
         if moving.pool != before.pool:
             old = self.streamer
@@ -262,7 +276,7 @@ class PooledStreamer:
             self.streamer.late_starts = old.late_starts
         elif rules:
             self.streamer.set_policy(**rules)
-        return total[:n]
+        return out
 
     def calls_ready(self, n: int) -> int:
         """SlotStreamer.calls_ready for calls of `n` values (and their votes)."""

@@ -43,6 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from host_agent import fixed_point as fx
+from host_agent.scratch import Scratch
 from passing import packet
 from passing import protocol as P
 
@@ -138,12 +139,21 @@ class StreamStats:
     gathered_s: float = 0.0  # ... for this long in all
 
 
+def check_out(out: np.ndarray | None, n: int) -> None:
+    """ValueError unless `out` is None or can take a call's `n` sums (float64, one dimension):
+    a float32 one would round them silently."""
+    if out is not None and (out.dtype != np.float64 or out.shape != (n,)):
+        raise ValueError(f"out must be {n} float64 values in one dimension, got {out.dtype} "
+                         f"of shape {out.shape}")
+
+
 class _Call:
     """One allreduce's fragments, how far each slot has got through them, and the packet each
     slot is waiting on (arrays indexed by slot, so a batch of results is matched in numpy)."""
 
     def __init__(self, blocks: np.ndarray, local_exp: np.ndarray, window: int, streams: int,
-                 tag: int, predicted: np.ndarray | None = None):
+                 tag: int, predicted: np.ndarray | None = None, out: np.ndarray | None = None):
+        """`out`: where the sums go, an array of blocks' shape (zeroed here; default new)."""
         self.blocks, self.local_exp, self.tag = blocks, local_exp, tag
         self.nfrag = blocks.shape[0]
         # Slot s carries fragments s, s + used, s + 2 * used, ...; a speculating call uses
@@ -160,7 +170,10 @@ class _Call:
         # proposed maximum.
         self.redo = np.zeros(used, dtype=bool)
         self.missed = 0  # fragments sent again
-        self.out = np.zeros((self.nfrag, P.K), dtype=np.float64)
+        if out is None:
+            out = np.empty(blocks.shape)
+        out.fill(0)  # a fragment no sum is written to (POISON) reads 0
+        self.out = out
         self.counts = np.zeros(self.nfrag, dtype=np.int64)  # GPUs each fragment's sum holds
         # step[s]: 0 = exponent packet of fragment s, i >= 1 = fragment s + (i-1)*used;
         # speculating, i = fragment s + i*used
@@ -398,6 +411,7 @@ class SlotStreamer:
     def __init__(self, cfg: StreamConfig, transport: Transport):
         self.cfg = cfg
         self.transport = transport
+        self._scratch = Scratch()  # the blocks and sums of a call, kept for the next
         self.rounds = np.zeros(cfg.window, dtype=np.uint32)
         self.calls = 0
         # By fragment count, the exponents the session's last call of that many fragments
@@ -475,27 +489,30 @@ class SlotStreamer:
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
         self.rto = min(max(self.srtt + 4 * self.rttvar, self.cfg.min_rto), self.cfg.max_rto)
 
-    def allreduce(self, x: np.ndarray) -> np.ndarray:
-        """The element-wise sum of `x` over every host of the job, as float64. NaN or Inf on
-        any host raises NonFiniteError on every host, after the stream (so that every host
-        leaves the slots in the same state)."""
+    def allreduce(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The element-wise sum of `x` over every host of the job, as float64: in `out` (x.size
+        float64 elements; a caller that passes the same one every call spares a fresh array's
+        page faults) or a new array. NaN or Inf on any host raises NonFiniteError on every
+        host, after the stream (so that every host leaves the slots in the same state)."""
         flat = np.asarray(x).ravel()
         n = flat.size
+        check_out(out, n)
         if n == 0:
             self._counts, self._counts_n, self._last_counts = np.zeros(0, dtype=np.int64), 0, None
-            return np.zeros(0)
+            return np.zeros(0) if out is None else out
         nfrag = -(-n // P.K)
         if nfrag >= 1 << 32:
             raise ValueError(f"{n} values: more fragments than a packet's 32-bit frag field "
                              "numbers; split the tensor")
         # float32 values stay float32 until quantized (per batch, in float64): half the memory
         # to fill and scan; anything else is kept as float64, exactly.
-        blocks = np.zeros((nfrag, P.K), dtype=np.float32 if flat.dtype == np.float32
-                          else np.float64)
+        blocks = self._scratch.get("blocks", (nfrag, P.K), np.float32
+                                   if flat.dtype == np.float32 else np.float64)
         local_error = None
         try:
             fx.check_finite(flat)
             blocks.ravel()[:n] = flat
+            blocks.ravel()[n:] = 0  # the last block's padding: the last call's values
             # An all-zero block proposes 0: a speculative sum whose maximum is 0 is exactly
             # zero, whatever its scale (fx.speculation_holds).
             local_exp = fx.block_exponents(blocks)
@@ -526,7 +543,10 @@ class SlotStreamer:
         if np.any(agreed == fx.POISON):
             raise fx.NonFiniteError(f"job {self.cfg.job_id}: another host had NaN/Inf (or a "
                                     "value beyond float32's range) in the same call")
-        return sums.ravel()[:n]
+        if out is None:
+            out = np.empty(n)
+        out[:] = sums.ravel()[:n]  # (sums is the streamer's, for the next call)
+        return out
 
     @property
     def last_counts(self) -> np.ndarray:
@@ -641,7 +661,8 @@ class SlotStreamer:
     def _run(self, blocks: np.ndarray, local_exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every fragment of `blocks` through the switch: (sums, agreed exponents)."""
         call = _Call(blocks, local_exp, self.cfg.window, self.cfg.streams,
-                     self.calls % TAG_CALLS, _prediction(self.scales.get(blocks.shape[0])))
+                     self.calls % TAG_CALLS, _prediction(self.scales.get(blocks.shape[0])),
+                     out=self._scratch.get("sums", blocks.shape, np.float64))
         call.payloads[:] = self._header
         call.payloads["slot"] = np.arange(call.used)
         self.calls += 1

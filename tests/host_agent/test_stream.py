@@ -188,6 +188,68 @@ def test_integer_tensors_exact_through_the_switch():
     assert all(np.array_equal(r[0], exact) for r in results)
 
 
+def test_float32_values_give_the_same_sums_as_the_same_values_in_float64():
+    """The local stage hands the streamer its float32 sum as it is (no float64 copy of a large
+    tensor): every call's result, the exponent round and the speculating one, must be the
+    one the same values give in float64, bit for bit."""
+    rng = np.random.default_rng(7)
+    tensors = [(rng.standard_normal(5 * P.K + 3) * 10.0 ** rng.integers(-3, 4, 5 * P.K + 3))
+               .astype(np.float32) for _ in range(3)]
+    as32, _ = run_hosts(LoopbackSwitch(3), tensors, calls=2)
+    as64, _ = run_hosts(LoopbackSwitch(3), [t.astype(np.float64) for t in tensors], calls=2)
+    for host32, host64 in zip(as32, as64, strict=True):
+        for got, want in zip(host32, host64, strict=True):
+            assert got.dtype == want.dtype == np.float64
+            assert np.array_equal(got, want)
+    check(as32, tensors)
+
+
+def test_calls_reusing_the_streamers_memory_each_get_their_own_sum():
+    """The streamer keeps a call's blocks and sums for the next (host_agent.scratch). A call
+    of large values, then a smaller one of small values: the first's values must not linger
+    in the second's last block's padding (they would set its exponent, and the small sums
+    would round away); a result returned earlier must not change under a later call; a
+    caller's `out` gets the sum; an `out` that would round it is refused."""
+    big = [np.full(3 * P.K + 5, 1e6, np.float32) * (i + 1) for i in range(2)]
+    small = [(np.arange(P.K + 1, dtype=np.float32) + 1) * np.float32(1e-3 * (i + 1))
+             for i in range(2)]
+    switch = LoopbackSwitch(2)
+    session = new_session()
+    streamers = [SlotStreamer(StreamConfig(switch.job_id, p - 1, 16, 2, session),
+                              switch.transport(p)) for p in (1, 2)]
+    outs = [np.full(P.K + 1, np.nan) for _ in streamers]
+    got: list[list[np.ndarray]] = [[], []]
+    kept: list[np.ndarray] = [None, None]
+    errors = []
+
+    def host(i: int) -> None:
+        try:
+            got[i].append(streamers[i].allreduce(big[i]))
+            kept[i] = got[i][0].copy()
+            got[i].append(streamers[i].allreduce(small[i]))
+            got[i].append(streamers[i].allreduce(small[i], out=outs[i]))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=host, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for i in range(2):
+        first, second, third = got[i]
+        assert np.array_equal(first, kept[i]), "a later call changed an earlier result"
+        assert np.all(np.abs(first - np.sum(big, axis=0, dtype=np.float64))
+                      <= fixed_point_bound(big))
+        exact = np.sum(small, axis=0, dtype=np.float64)
+        assert np.all(np.abs(second - exact) <= fixed_point_bound(small))
+        assert third is outs[i]
+        assert np.all(np.abs(third - exact) <= fixed_point_bound(small, speculated=True))
+        with pytest.raises(ValueError, match="out must be"):
+            streamers[i].allreduce(small[i], out=np.zeros(P.K + 1, np.float32))
+
+
 def test_a_failed_call_leaves_no_reference_cycle():
     """A call that raises NonFiniteError keeps no exception (with its traceback's frames) in a
     cycle: the streamer, and the process groups of whatever called it, are freed with their
