@@ -117,6 +117,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         import torch.distributed as dist
 
         from bench.agent import strategies
+        from bench.agent.hosts_meet import hosts_meet
         from host_agent.session import (
             RendezvousError,
             agree_by_tcp,
@@ -142,6 +143,9 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             # they oversubscribe the CPUs and every collective waits on a descheduled rank.
             torch.set_num_threads(1)
         passing = None
+        # Before each call every rank of the job meets: the baselines in their world group's
+        # barrier, PASSING's leaders on their session store, then each host's ranks (hosts_meet).
+        meet_on = None
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
             dist.init_process_group("nccl" if cuda else "gloo",
@@ -168,6 +172,8 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                                                   **stream)
             closers.append(passing.close)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
+            if rank == 0 and len(hosts) > 1:
+                meet_on = store
         else:
             # The baselines need every rank of every host in one group, met at the first host
             # (ina only for the barrier that starts each timed call together).
@@ -201,6 +207,8 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             if it == args["warmup"] and rank == 0:
                 timed_from = _link_bytes(args["ifname"])
             t = base.clone()
+            if meet_on is not None:
+                hosts_meet(meet_on, f"call{it}", len(hosts), args["rendezvous_timeout"])
             dist.barrier()
             t0 = time.perf_counter()
             allreduce(t)
