@@ -208,7 +208,10 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                 timed_from = _link_bytes(args["ifname"])
             t = base.clone()
             if meet_on is not None:
-                hosts_meet(meet_on, f"call{it}", len(hosts), args["rendezvous_timeout"])
+                # The first call waits as long as the rendezvous (hosts finish starting at
+                # different times); later ones only as long as a call may take.
+                wait = args["rendezvous_timeout"] if it == 0 else args["timeout"]
+                hosts_meet(meet_on, f"call{it}", len(hosts), wait)
             dist.barrier()
             t0 = time.perf_counter()
             allreduce(t)

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from bench.agent.hosts_meet import hosts_meet
+from bench.agent.hosts_meet import HostsMissing, hosts_meet
 
 
 def test_no_host_passes_before_the_last_arrives_in_any_call():
@@ -39,6 +39,6 @@ def test_no_host_passes_before_the_last_arrives_in_any_call():
 def test_a_host_that_never_comes_is_an_error_at_the_timeout():
     store = dist.HashStore()
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(HostsMissing, match="1 of 2 hosts did not come to call0 within 0.3 s"):
         hosts_meet(store, "call0", 2, 0.3)
     assert time.monotonic() - t0 < 5.0
