@@ -144,7 +144,8 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             torch.set_num_threads(1)
         passing = None
         # Before each call every rank of the job meets: the baselines in their world group's
-        # barrier, PASSING's leaders on their session store, then each host's ranks (hosts_meet).
+        # barrier, PASSING's ranks in their host's group, then its leaders on their session
+        # store (hosts_meet).
         meet_on = None
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
@@ -207,12 +208,15 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             if it == args["warmup"] and rank == 0:
                 timed_from = _link_bytes(args["ifname"])
             t = base.clone()
+            dist.barrier()
             if meet_on is not None:
-                # The first call waits as long as the rendezvous (hosts finish starting at
-                # different times); later ones only as long as a call may take.
+                # After the host's own ranks met, so that the leaders' meeting is the last
+                # thing before every host's timer: a host whose other rank comes late is late
+                # at the meeting, not after it. The first call waits as long as the rendezvous
+                # (hosts finish starting at different times); later ones only as long as a
+                # call may take.
                 wait = args["rendezvous_timeout"] if it == 0 else args["timeout"]
                 hosts_meet(meet_on, f"call{it}", len(hosts), wait)
-            dist.barrier()
             t0 = time.perf_counter()
             allreduce(t)
             if it >= args["warmup"]:
