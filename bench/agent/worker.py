@@ -216,7 +216,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                 # (hosts finish starting at different times); later ones only as long as a
                 # call may take.
                 wait = args["rendezvous_timeout"] if it == 0 else args["timeout"]
-                hosts_meet(meet_on, f"call{it}", len(hosts), wait)
+                hosts_meet(meet_on, f"call{it}", len(hosts), wait, serving=host_index == 0)
             t0 = time.perf_counter()
             allreduce(t)
             if it >= args["warmup"]:
