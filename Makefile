@@ -5,7 +5,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-other-k lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-other-k test-python-pipeline lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -14,6 +14,8 @@ help:
 	@echo "make update-p4info build, then copy the P4Info to p4src/ (after changing p4src/)"
 	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
 	@echo "make test-other-k  the conformance suite (model, BMv2) at every K but PASSING_K's"
+	@echo "make test-python-pipeline  the conformance suite on the model with every frame through"
+	@echo "                   its Python pipeline (make test runs the model's compiled PASSING path)"
 	@echo "make lint          ruff"
 	@echo "make bench         every strategy (passing, ina, ring, hier-ring, ps) in Mininet:"
 	@echo "                   CSVs in build/bench, plots + results in docs/benchmarks.md (root)"
@@ -50,6 +52,12 @@ test:
 OTHER_K = $(shell $(PY) -c 'from passing import protocol as P; print(*(k for k in P.K_CHOICES if k != P.K))')
 test-other-k:
 	@for k in $(OTHER_K); do echo "== PASSING_K=$$k"; PASSING_K=$$k $(PY) -m pytest tests/conformance || exit 1; done
+
+# The model switch takes PASSING packets through its compiled path (switch_model/fastpath.c) and
+# tests/unit/test_fastpath.py holds it to the Python pipeline frame for frame; this runs the
+# switch-level suite on the Python pipeline alone as well.
+test-python-pipeline:
+	PASSING_MODEL_PIPELINE=python $(PY) -m pytest tests/conformance -k "not bmv2"
 
 lint:
 	$(PY) -m ruff check .

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev make iproute2 iputils-ping ethtool tcpdump nftables mininet)
+APT_PACKAGES=(python3 python3-venv python3-dev gcc libc6-dev make iproute2 iputils-ping ethtool tcpdump nftables mininet)
 
 if [ "$(id -u)" -eq 0 ]; then
     missing=()
@@ -32,4 +32,7 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 echo "setup: torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
+# The model switch's compiled PASSING path (switch_model/fastpath.c), built now so that no switch
+# pays for it at start; a switch rebuilds it itself after an edit or for another PASSING_K.
+.venv/bin/python -m switch_model.fastpath
 echo "setup: done. Run the tests with: make test"

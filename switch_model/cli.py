@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 
 from passing.p4info import load_p4info
+from switch_model import fastpath
 from switch_model.inspect_server import serve_inspection
 from switch_model.p4runtime_server import P4RuntimeService, serve
 from switch_model.pipeline import Pipeline
@@ -51,6 +53,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="P4Info text file (default: p4src/passing.p4info.txtpb)")
     p.add_argument("--no-p4", action="store_true",
                    help="start without a pipeline until a controller pushes one (like BMv2)")
+    p.add_argument("--pipeline", choices=("compiled", "python"),
+                   default=os.environ.get(fastpath.PATH_ENV, "compiled"),
+                   help="compiled: PASSING packets through switch_model/fastpath.c (built on "
+                        "first use; the Python pipeline where no C compiler is found), other "
+                        "frames through the Python pipeline; python: every frame through the "
+                        "Python pipeline (default: $PASSING_MODEL_PIPELINE, else compiled)")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     ports = [port for port, _ in args.interface]
@@ -64,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     info = load_p4info(args.p4info)
     pipeline = Pipeline.from_p4info(info)
+    if args.pipeline == "compiled":
+        pipeline.use_compiled()
     service = P4RuntimeService(pipeline, args.device_id, info, preloaded=not args.no_p4)
     try:
         ports = Ports(dict(args.interface))

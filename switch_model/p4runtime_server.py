@@ -292,7 +292,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             for i in targets:
                 if not 0 <= i < len(cells):
                     raise StateError("OUT_OF_RANGE", f"counter index {i} out of range")
-                cells[i][0], cells[i][1] = entry.data.packet_count, entry.data.byte_count
+                if entry.data.packet_count < 0 or entry.data.byte_count < 0:
+                    raise StateError("INVALID_ARGUMENT", "counter values cannot be negative")
+                cells[i] = (entry.data.packet_count, entry.data.byte_count)
 
     # -- read ---------------------------------------------------------------------------------
     def Read(self, request, context):
@@ -338,9 +340,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                     out.index.index = i
                     # Only the units the P4 program declared are reported, as BMv2 does.
                     if unit in (p4info_pb2.CounterSpec.PACKETS, p4info_pb2.CounterSpec.BOTH):
-                        out.data.packet_count = cells[i][0]
+                        out.data.packet_count = int(cells[i, 0])
                     if unit in (p4info_pb2.CounterSpec.BYTES, p4info_pb2.CounterSpec.BOTH):
-                        out.data.byte_count = cells[i][1]
+                        out.data.byte_count = int(cells[i, 1])
         elif which == "packet_replication_engine_entry":
             pre = ent.packet_replication_engine_entry
             if pre.WhichOneof("type") != "multicast_group_entry":

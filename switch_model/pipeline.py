@@ -8,14 +8,17 @@ same as on BMv2. The conformance suite (tests/conformance) holds both targets to
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 from p4.config.v1 import p4info_pb2
 
 from passing import lanes
 from passing import protocol as P
 from passing.p4info import P4InfoIndex
 from passing.protocol import JobEvent as E
+from switch_model import fastpath
 from switch_model.state import Action, SwitchState
 
 ETH_IPV4 = b"\x08\x00"
@@ -107,22 +110,65 @@ _READY, _CLOSED = 1, 2  # the version word's flags
 
 
 class SlotStore:
-    """Registers slot_state and slot_values of the Aggregation control."""
+    """Registers slot_state and slot_values of the Aggregation control.
+
+    Held as arrays, one per field, so that the compiled PASSING path (switch_model/fastpath.c)
+    reads and writes the same memory; `word` and `set_word` give the P4's slot_state word as
+    one int, `row` and `set_row` a version's values as one row (passing.lanes).
+    """
 
     def __init__(self, capacity: int = P.SLOT_CAPACITY):
         self.capacity = capacity
         # slot_state word: gen(32) ++ session(64) ++ v1(104) ++ v0(104); each version word:
         # round(32) ++ flags(8: ready, closed) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(32).
-        # Kept as ints, as in the P4.
-        self.state = [0] * capacity
-        # slot_values as one row of K lanes per slot and version (index 2*slot+version): the
-        # P4's VALUE_WORDS register words at (2*slot+version)*VALUE_WORDS + w, concatenated
-        # (passing.lanes). read() and dump() give the P4's words.
-        self.values = [0] * (2 * capacity)
+        # A version's fields at index 2*slot+version.
+        self.gen = np.zeros(capacity, dtype=np.uint32)
+        self.session = np.zeros(capacity, dtype=np.uint64)
+        self.round = np.zeros(2 * capacity, dtype=np.uint32)
+        self.flags = np.zeros(2 * capacity, dtype=np.uint8)
+        self.nsum = np.zeros(2 * capacity, dtype=np.uint16)
+        self.exp = np.zeros(2 * capacity, dtype=np.uint8)
+        self.count = np.zeros(2 * capacity, dtype=np.uint8)
+        self.bitmap = np.zeros(2 * capacity, dtype=np.uint32)
+        # slot_values as one row of K lanes (uint32, the int32 bits) per slot and version
+        # (row 2*slot+version): the P4's VALUE_WORDS register words at
+        # (2*slot+version)*VALUE_WORDS + w, concatenated. read() and dump() give the words.
+        self.values = np.zeros((2 * capacity, P.K), dtype=np.uint32)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.gen, self.session, self.round, self.flags, self.nsum, self.exp,
+                self.count, self.bitmap, self.values)
 
     def reset(self) -> None:
-        self.state = [0] * self.capacity
-        self.values = [0] * (2 * self.capacity)
+        for a in self.arrays():
+            a[...] = 0  # in place: the compiled path holds their addresses
+
+    def _version_word(self, i: int) -> int:
+        return ((int(self.round[i]) << 72) | (int(self.flags[i]) << 64)
+                | (int(self.nsum[i]) << 48) | (int(self.exp[i]) << 40)
+                | (int(self.count[i]) << 32) | int(self.bitmap[i]))
+
+    def _set_version_word(self, i: int, w: int) -> None:
+        self.round[i], self.flags[i] = w >> 72, (w >> 64) & 0xFF
+        self.nsum[i], self.exp[i] = (w >> 48) & 0xFFFF, (w >> 40) & 0xFF
+        self.count[i], self.bitmap[i] = (w >> 32) & 0xFF, w & _MASK32
+
+    def word(self, idx: int) -> int:
+        """Slot `idx`'s slot_state word, as the P4 program holds it."""
+        return ((int(self.gen[idx]) << 272) | (int(self.session[idx]) << 208)
+                | (self._version_word(2 * idx + 1) << _WORD_BITS)
+                | self._version_word(2 * idx))
+
+    def set_word(self, idx: int, word: int) -> None:
+        self.gen[idx], self.session[idx] = word >> 272, (word >> 208) & _MASK64
+        self._set_version_word(2 * idx + 1, (word >> _WORD_BITS) & _MASK_WORD)
+        self._set_version_word(2 * idx, word & _MASK_WORD)
+
+    def row(self, vidx: int) -> int:
+        return lanes.row_from_bytes(self.values[vidx].astype(">u4").tobytes())
+
+    def set_row(self, vidx: int, row: int) -> None:
+        self.values[vidx] = np.frombuffer(lanes.row_to_bytes(row), dtype=">u4")
 
     def _check(self, register: str) -> None:
         if register not in ("slot_state", "slot_values"):
@@ -138,22 +184,24 @@ class SlotStore:
         """Every cell of `register`, in the P4 program's index order."""
         self._check(register)
         if register == "slot_state":
-            return list(self.state)
-        return [w for row in self.values for w in lanes.row_words(row)]
+            return [self.word(i) for i in range(self.capacity)]
+        return [w for r in range(2 * self.capacity) for w in lanes.row_words(self.row(r))]
 
     def read(self, register: str, index: int) -> int:
         if not 0 <= index < self.size(register):
             raise IndexError(f"{register}[{index}] out of range (size {self.size(register)})")
         if register == "slot_state":
-            return self.state[index]
+            return self.word(index)
         row, word = divmod(index, P.VALUE_WORDS)
-        return lanes.row_words(self.values[row])[word]
+        return lanes.row_words(self.row(row))[word]
 
 
 class Pipeline:
     def __init__(self, state: SwitchState):
         self.state = state
         self.slots = SlotStore()
+        # The compiled PASSING path (switch_model/fastpath.py), once use_compiled() found it.
+        self.fast: fastpath.FastPath | None = None
         for table, action in INITIAL_DEFAULTS.items():
             state.tables[table].default = action
 
@@ -166,6 +214,38 @@ class Pipeline:
         self.slots.reset()
         for table, action in INITIAL_DEFAULTS.items():
             self.state.tables[table].default = action
+
+    def use_compiled(self) -> bool:
+        """Take PASSING-path frames of batches through the compiled path from now on, where
+        it can be built (or PASSING_MODEL_PIPELINE=python asks for Python). True if so."""
+        self.fast = fastpath.load(self)
+        return self.fast is not None
+
+    def process_batch(self, port: int, frames: Sequence[bytes]) -> list[tuple[int, bytes]]:
+        """What `process` gives for each of `frames` in turn, concatenated, with the compiled
+        path taking the PASSING-path frames if use_compiled() enabled it."""
+        n = len(frames)
+        buf = np.zeros((n, fastpath.FAST_MAX_FRAME), dtype=np.uint8)
+        lengths = np.fromiter(map(len, frames), dtype=np.uint32, count=n)
+        for i, f in enumerate(frames):
+            if len(f) <= fastpath.FAST_MAX_FRAME:
+                buf[i, :len(f)] = np.frombuffer(f, dtype=np.uint8)
+        out: list[tuple[int, bytes]] = []
+        from_python: list[tuple[int, bytes]] = []
+        fast = self.fast
+
+        def flush() -> None:
+            out.extend(from_python)
+            from_python.clear()
+            if fast is not None and fast.pending():
+                mem = fast.out
+                out.extend((int(p), mem[o:o + ln].tobytes())
+                           for p, o, ln in zip(*fast.frames(), strict=True))
+                fast.clear()
+
+        fastpath.interleave(self, fast, port, buf, lengths, np.zeros(n, dtype=np.uint8),
+                            frames.__getitem__, from_python.extend, flush)
+        return out
 
     # -- ingress + egress for one packet -------------------------------------------------------
     def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
@@ -284,7 +364,7 @@ class Pipeline:
             # configures one (JobConfig checks pool_base + pool_size <= capacity).
             return EVT_DUPLICATE, []
         gen = j["gen"]
-        word = slots.state[idx]
+        word = slots.word(idx)
         cur, oth = _version_words(word, gen, h)
         v = _verdict(cur, h, j, _foreign_open(word, gen, h))
         if v.event in _REFUSED:
@@ -294,7 +374,7 @@ class Pipeline:
                                   v.is_new)
         mine = _next_version_word(cur, h, v, overwrite)
         pair = (mine << _WORD_BITS) | oth if h.version & 1 else (oth << _WORD_BITS) | mine
-        slots.state[idx] = (gen << 272) | (h.session << 208) | pair
+        slots.set_word(idx, (gen << 272) | (h.session << 208) | pair)
         egress = self._egress_of(port, j, h, v.event)
         if not egress:
             return v.event, []
@@ -306,11 +386,11 @@ class Pipeline:
         written back: its values (the spine's result, or a round's first contribution), the
         lane-wise sum with them (a later contribution), or unchanged. The P4 program does this
         word by word; adding the whole row is the same (passing.lanes)."""
-        values = self.slots.values
+        slots = self.slots
         pkt = lanes.row_from_bytes(frame[VALUES_OFF:PASSING_END])
-        acc = values[vidx]
+        acc = slots.row(vidx)
         vals = pkt if overwrite else lanes.swar_add(acc, pkt) if is_new else acc
-        values[vidx] = vals
+        slots.set_row(vidx, vals)
         return vals
 
     def _egress_of(self, port: int, j: dict[str, int], h: Header,

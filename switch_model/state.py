@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
 from passing.p4info import P4InfoIndex
 
 
@@ -90,10 +92,15 @@ class SwitchState:
                 actions=actions, table_only=table_only, default_only=default_only,
                 size=t.size, default=Action(default_name or "NoAction", {}),
                 const_default=bool(t.const_default_action_id), entries={})
-        self.counters: dict[str, list[list[int]]] = {
-            c.preamble.name.lstrip("."): [[0, 0] for _ in range(c.size)]
+        # Each counter as (cells, 2) uint64 (packets, bytes): the compiled PASSING path
+        # (switch_model/fastpath.c) counts into the same memory.
+        self.counters: dict[str, np.ndarray] = {
+            c.preamble.name.lstrip("."): np.zeros((c.size, 2), dtype=np.uint64)
             for c in info.p4info.counters}
         self.mcast: dict[int, list[tuple[int, int]]] = {}
+        # Bumped by every write to tables or multicast groups: the compiled path copies them
+        # again when it changed.
+        self.changes = 0
 
     # -- tables -------------------------------------------------------------------------------
     def table(self, name: str) -> Table:
@@ -112,6 +119,7 @@ class SwitchState:
             if len(t.entries) >= t.size:
                 raise StateError("RESOURCE_EXHAUSTED", f"{table} is full ({t.size} entries)")
             t.entries[key] = action
+            self.changes += 1
 
     def modify(self, table: str, key: tuple[int, ...], action: Action) -> None:
         with self.lock:
@@ -121,12 +129,14 @@ class SwitchState:
             if key not in t.entries:
                 raise StateError("NOT_FOUND", f"{table}: no entry {key}")
             t.entries[key] = action
+            self.changes += 1
 
     def delete(self, table: str, key: tuple[int, ...]) -> None:
         with self.lock:
             t = self.table(table)
             if t.entries.pop(key, None) is None:
                 raise StateError("NOT_FOUND", f"{table}: no entry {key}")
+            self.changes += 1
 
     def set_default(self, table: str, action: Action) -> None:
         with self.lock:
@@ -135,6 +145,7 @@ class SwitchState:
                 raise StateError("PERMISSION_DENIED", f"{table} has a const default action")
             t.check_action(action, as_default=True)
             t.default = action
+            self.changes += 1
 
     # -- multicast ----------------------------------------------------------------------------
     def mcast_write(self, kind: str, group: int, replicas: list[tuple[int, int]]) -> None:
@@ -152,15 +163,15 @@ class SwitchState:
                 if len(set(replicas)) != len(replicas):
                     raise StateError("INVALID_ARGUMENT", f"group {group}: duplicate replicas")
                 self.mcast[group] = list(replicas)
+            self.changes += 1
 
     # -- counters -----------------------------------------------------------------------------
     def count(self, counter: str, index: int, nbytes: int) -> None:
         cells = self.counters[counter]
         if not 0 <= index < len(cells):
             return  # an index the controller should never produce; never crash the switch
-        cell = cells[index]
-        cell[0] += 1
-        cell[1] += nbytes
+        cells[index, 0] += 1
+        cells[index, 1] += nbytes
 
     def reset(self) -> None:
         """A new pipeline config wipes everything, as on BMv2."""
@@ -168,6 +179,6 @@ class SwitchState:
             for t in self.tables.values():
                 t.entries.clear()
             for cells in self.counters.values():
-                for c in cells:
-                    c[0] = c[1] = 0
+                cells[:] = 0  # in place: the compiled path holds their addresses
             self.mcast.clear()
+            self.changes += 1

@@ -5,17 +5,27 @@ call per frame alike."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from controller import installer
 from passing import mmsg
+from passing import protocol as P
+from passing.p4info import load_p4info
+from switch_model.p4runtime_server import P4RuntimeService
+from switch_model.pipeline import Pipeline
 from switch_model.ports import Ports
+from switch_model.state import Action
+from testbed.entries import contribution, job_entries
 from testbed.fabric import TestPort as PortEnd
 from testbed.fabric import delete_link, make_veth, run
+from testbed.loopback import InProcessConnection
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="veth interfaces need root")
 
@@ -26,8 +36,15 @@ class Echo:
     """A pipeline that keeps what it was given and sends each frame, marked, out of the
     other port (a frame from port 1 also goes out of port 1 again when it asks for it)."""
 
-    def __init__(self):
+    def __init__(self, compiled: bool = False):
         self.seen: list[tuple[int, bytes]] = []
+        # With the compiled port loop (fastpath.c) every frame here is not PASSING's, so each
+        # comes back from C to this pipeline's process, between C's receive and send.
+        self.fast = None
+        if compiled:
+            real = Pipeline.from_p4info(load_p4info())
+            assert real.use_compiled()
+            self.state, self.fast = real.state, real.fast
 
     def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         self.seen.append((port, frame))
@@ -63,15 +80,30 @@ def links():
             delete_link(s)
 
 
-@pytest.mark.parametrize("batched", [True, False] if mmsg.available() else [False])
-def test_frames_reach_the_pipeline_as_sent_and_leave_in_order(links, batched):
-    interfaces, (t1, t2) = links
-    ports = Ports(interfaces)
+@contextlib.contextmanager
+def _running(interfaces: dict[int, str], pipe, ends, batched: bool = True) -> Iterator[Ports]:
+    """The switch's port loop on `interfaces` with `pipe`, in a thread; stopped, and the
+    switch's and the test's ends closed, however the test leaves."""
+    ports, stop = Ports(interfaces), threading.Event()
     ports._batched = batched
-    pipe, stop = Echo(), threading.Event()
     th = threading.Thread(target=ports.run, args=(pipe, stop), daemon=True)
     th.start()
     try:
+        yield ports
+    finally:
+        stop.set()
+        th.join(5)
+        ports.close()
+        for end in ends:
+            end.close()
+
+
+@pytest.mark.parametrize("loop", ["compiled", "batched", "single"] if mmsg.available()
+                         else ["single"])
+def test_frames_reach_the_pipeline_as_sent_and_leave_in_order(links, loop):
+    interfaces, (t1, t2) = links
+    pipe = Echo(compiled=loop == "compiled")
+    with _running(interfaces, pipe, (t1, t2), batched=loop != "single") as ports:
         sent = []
         for i in range(300):
             if i % 7 == 3:
@@ -89,12 +121,6 @@ def test_frames_reach_the_pipeline_as_sent_and_leave_in_order(links, batched):
         got2 = t2.recv(len(want2), timeout=10)
         back = [b"\x02" * 6 + f[6:-1] + b"\xef" for f in sent if f[-1] == 0xEE]
         got1 = t1.recv(len(back), timeout=5)
-    finally:
-        stop.set()
-        th.join(5)
-        ports.close()
-        t1.close()
-        t2.close()
     assert [p for p, _ in pipe.seen] == [1] * len(sent)
     assert [f for _, f in pipe.seen] == sent  # VLAN tags put back, the 59 KB frames whole
     # The test's socket gets tagged frames with their tag stripped, as the switch got them.
@@ -102,3 +128,48 @@ def test_frames_reach_the_pipeline_as_sent_and_leave_in_order(links, batched):
     assert got2 == strip
     assert got1 == back
     assert ports.tx_errors == 0 and ports.rx_truncated == 0
+
+
+def _switch_with_two_ranks_behind_port_1(compiled: bool) -> Pipeline:
+    """A root job of two contributors, both behind port 1, and an L2 entry that sends frames
+    for 02:00:00:00:00:01 back out of port 1: every copy leaves by port 1."""
+    info = load_p4info()
+    pipe = Pipeline.from_p4info(info)
+    if compiled:
+        assert pipe.use_compiled()
+    installer.install(InProcessConnection(P4RuntimeService(pipe, 0, info)),
+                      job_entries(0, 1, {1: (0, 2)}, pool_size=8, guard=False))
+    pipe.state.insert("l2_forward", (0x020000000001,), Action("l2_to_port", {"port": 1}))
+    return pipe
+
+
+@pytest.mark.skipif(not mmsg.available(), reason="the compiled port loop needs recvmmsg")
+def test_the_compiled_port_loop_sends_each_port_s_frames_in_the_python_pipeline_s_order(links):
+    """PASSING frames (the compiled path) and other frames (Python) arriving mixed leave by the
+    same port in the order a Python-only switch makes them, across batch boundaries."""
+    interfaces, (t1, t2) = links
+    pipe, twin = _switch_with_two_ranks_behind_port_1(True), \
+        _switch_with_two_ranks_behind_port_1(False)
+    sent = []
+    for i in range(240):
+        slot, rnd = i // 6 % 8, i // 48
+        kind = i % 6
+        if kind in (0, 3):  # rank 0's, then rank 1's contribution completes the slot
+            f = contribution(0, 1, [i] * P.K, job_id=1, slot=slot, round=rnd,
+                             contributor=kind // 3, frag=i)
+        elif kind == 5 and i % 4 == 1:
+            f = frame_of(i, 300, vlan=7)  # tagged: the Python pipeline drops it
+        else:
+            f = frame_of(i, 200 + i)  # to 02:00:00:00:00:01: back out of port 1
+        sent.append(f)
+    expected = [out for f in sent for port, out in twin.process(1, f) if port == 1]
+    with _running(interfaces, pipe, (t1, t2)):
+        for i, f in enumerate(sent):
+            t1.send(f)
+            if i % 37 == 0:
+                time.sleep(0.01)  # several batches, of mixed kinds
+        got = t1.recv(len(expected), timeout=10)
+    assert len(expected) > 200
+    assert got == expected
+    for name, cells in twin.state.counters.items():
+        assert (cells == pipe.state.counters[name]).all(), name

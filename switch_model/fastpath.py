@@ -1,0 +1,332 @@
+"""The compiled PASSING path of the model switch (fastpath.c): built on first use, bound to a
+Pipeline's registers, counters and tables; the switch's port loop runs in it a receive batch at
+a time (receive, the PASSING path, send).
+
+The C file is compiled with the constants of passing.protocol (K among them) into
+build/fastpath/<hash>.so (~/.cache/passing/fastpath outside a checkout), the hash covering the
+source, the constants and the compiler, so an edited source or another PASSING_K never runs a
+stale library. Where no C compiler is found the switch keeps the Python pipeline for every
+frame (`load()` returns None and says why).
+
+Only the parser's PASSING path is compiled: any other frame (and a tagged one) comes back to
+the caller for Pipeline.process, so the two paths interleave frame by frame on the same state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from passing import protocol as P
+from passing.protocol import Flag, GlobalDrop, JobDrop, JobEvent
+
+log = logging.getLogger("switch_model.fastpath")
+
+SOURCE = Path(__file__).with_name("fastpath.c")
+_CHECKOUT = Path(__file__).resolve().parent.parent
+# build/ of a checkout (an editable install); an installed package builds into the user's cache.
+BUILD_DIR = _CHECKOUT / "build" / "fastpath" if (_CHECKOUT / "pyproject.toml").exists() else \
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "passing" / "fastpath"
+# Environment variable: "python" makes the Python pipeline the switch model's default for every
+# frame (switch_model/cli.py's --pipeline).
+PATH_ENV = "PASSING_MODEL_PIPELINE"
+# Frames longer than this (a PASSING frame with a long trailer) take the Python path.
+FAST_MAX_FRAME = 2048
+MAX_COPIES = 64  # the most replicas of a multicast group the compiled path copies to
+OUT_FRAMES = 4096
+OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME
+
+# The layout of ctx, as fastpath.c's enum.
+(C_JOBS, C_NJOBS, C_MEMBERS, C_NMEMBERS, C_PEERS, C_NPEERS, C_REPLICAS, C_NREPLICAS,
+ C_CAPACITY, C_GEN, C_SESSION, C_ROUND, C_FLAGS, C_NSUM, C_EXP, C_COUNT, C_BITMAP, C_VALUES,
+ C_GLOBAL, C_NGLOBAL, C_JOBSTATS, C_NJOBSTATS, C_POOLC, C_NPOOLC, C_LATE, C_NLATE,
+ C_EGRESS, C_NEGRESS, C_OUT, C_OUTCAP, C_OUTPORT, C_OUTOFF, C_OUTLEN, C_MAXOUT, C_MAXCOPIES,
+ C_RX, C_RXSLOT, C_RXBATCH, C_RXLEN, C_RXSKIP, C_RXCTRL, C_CTRLSPACE, C_RXNAME, C_PORTFD,
+ C_NPORTFD, C_FILTER_OUT, C_VLAN, C_LEN) = range(48)
+IO_NOUT, IO_USED, IO_FULL, IO_K, IO_NEXT, IO_SLOW_END, IO_TX_ERRORS, IO_TRUNCATED = range(8)
+SOCKADDR_LL_SIZE = 20
+TP_STATUS_VLAN_VALID = 0x10
+JOB_COLUMNS = ("stat_idx", "is_root", "uplink_port", "epoch", "pool_size", "pool_base", "gen",
+               "fan_in", "quorum", "mcast_grp")
+MEMBER_COLUMNS = ("contributor", "count")
+PEER_COLUMNS = ("src_ip", "dst_ip", "src_mac", "dst_mac", "dst_port", "contributor")
+COUNTERS = ((C_GLOBAL, "global_drops"), (C_JOBSTATS, "job_stats"), (C_POOLC, "pool_contribs"),
+            (C_LATE, "late_contribs"), (C_EGRESS, "egress_drops"))
+
+
+def _defines() -> dict[str, int]:
+    d = {"K": P.K, "HEADER_BYTES": P.HEADER_BYTES, "PASSING_PORT": P.PASSING_UDP_PORT,
+         "FLAGS_KNOWN": P.FLAGS_MASK, "ROLE_ROOT": int(P.Role.ROOT),
+         "JOB_STATS_STRIDE": P.JOB_STATS_STRIDE, "MAX_FAN_IN": P.MAX_FAN_IN,
+         "FAST_MAX_FRAME": FAST_MAX_FRAME}
+    d.update({f"FLAG_{f.name}": int(f) for f in Flag})
+    d.update({f"DROP_{e.name}": int(e) for e in JobDrop})
+    d.update({f"EVT_{e.name}": int(e) for e in JobEvent})
+    d.update({f"GDROP_{e.name}": int(e) for e in GlobalDrop})
+    return d
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def build() -> Path:
+    """The compiled library for this source and these constants, built if not yet there."""
+    cc = _compiler()
+    if cc is None:
+        raise OSError("no C compiler (cc or gcc) on PATH; install gcc (scripts/setup.sh does)")
+    flags = ["-O2", "-std=c11", "-shared", "-fPIC", "-Wall"] + \
+        [f"-D{k}={v}" for k, v in sorted(_defines().items())]
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([cc] + flags).encode()).hexdigest()[:16]
+    lib = BUILD_DIR / f"fastpath-{key}.so"
+    if lib.exists():
+        return lib
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    # Several switch processes may start at once: each builds its own file, then renames it.
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=BUILD_DIR)
+    os.close(fd)
+    try:
+        res = subprocess.run([cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
+                             text=True)
+        if res.returncode:
+            raise OSError(f"compiling {SOURCE.name} failed:\n{res.stderr.strip()}")
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
+
+
+def _open(lib: Path) -> ctypes.CDLL:
+    dll = ctypes.CDLL(str(lib))
+    dll.fp_run.restype = ctypes.c_int64
+    dll.fp_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.c_void_p]
+    for fn in (dll.fp_drain, dll.fp_resume):
+        fn.restype = ctypes.c_int64
+    dll.fp_drain.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p]
+    dll.fp_resume.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p]
+    dll.fp_abi.restype = ctypes.c_int
+    if dll.fp_abi() != C_LEN * 1000 + P.K:
+        raise OSError(f"{lib.name}: not built for this layout (ctx of {C_LEN}, K={P.K})")
+    return dll
+
+
+def load(pipeline) -> FastPath | None:
+    """The compiled path bound to `pipeline`, or None (logged) where no compiler could
+    build it."""
+    try:
+        return FastPath(pipeline, _open(build()))
+    except OSError as e:
+        log.warning("the compiled PASSING path is unavailable, every frame takes the Python "
+                    "pipeline (several times slower): %s", e)
+        return None
+
+
+class FastPath:
+    """fastpath.c bound to one Pipeline. Call `run` under the pipeline's state lock."""
+
+    def __init__(self, pipeline, dll: ctypes.CDLL):
+        self.pipe, self.dll = pipeline, dll
+        self.io = np.zeros(8, dtype=np.uint64)
+        self.out = np.zeros(OUT_BYTES, dtype=np.uint8)
+        self.out_port = np.zeros(OUT_FRAMES, dtype=np.uint32)
+        self.out_off = np.zeros(OUT_FRAMES, dtype=np.uint32)
+        self.out_len = np.zeros(OUT_FRAMES, dtype=np.uint32)
+        self.ctx = np.zeros(C_LEN, dtype=np.uint64)
+        slots = pipeline.slots
+        ctx = self.ctx
+        ctx[C_CAPACITY] = slots.capacity
+        for i, a in zip(range(C_GEN, C_VALUES + 1), slots.arrays(), strict=True):
+            ctx[i] = a.ctypes.data
+        for i, name in COUNTERS:
+            cells = pipeline.state.counters[name]
+            ctx[i], ctx[i + 1] = cells.ctypes.data, len(cells)
+        for i, a in ((C_OUT, self.out), (C_OUTPORT, self.out_port), (C_OUTOFF, self.out_off),
+                     (C_OUTLEN, self.out_len)):
+            ctx[i] = a.ctypes.data
+        ctx[C_OUTCAP], ctx[C_MAXOUT] = OUT_BYTES, OUT_FRAMES
+        self._synced = -1
+        self.usable = False
+        self._tables: tuple[np.ndarray, ...] = ()
+        self._ctx_addr, self._io_addr = ctx.ctypes.data, self.io.ctypes.data
+
+    def _sync(self) -> None:
+        """The tables and groups copied into arrays, if they changed since the last copy. A
+        table holding an entry the compiled path does not know (another action) turns it off
+        until the next change: every frame then takes the Python pipeline."""
+        st = self.pipe.state
+        if st.changes == self._synced:
+            return
+        self._synced = st.changes
+        try:
+            jobs = [(job, pool, *(a.params[c] for c in JOB_COLUMNS))
+                    for (job, pool), a in st.tables["job_config"].entries.items()
+                    if _only(a, "set_job")]
+            members = [(job, port, *(a.params[c] for c in MEMBER_COLUMNS))
+                       for (job, port), a in st.tables["membership"].entries.items()
+                       if _only(a, "set_member")]
+            peers = [(job, port, rid, *(a.params[c] for c in PEER_COLUMNS))
+                     for (job, port, rid), a in st.tables["peer_rewrite"].entries.items()
+                     if _only(a, "set_peer")]
+        except _Unsupported:
+            self.usable = False
+            self.ctx[C_MAXCOPIES] = 0  # fastpath.c: every frame to the caller
+            return
+        groups = list(st.mcast.items())
+        replicas = [(g, port, rid) for g, reps in groups for port, rid in reps]
+        widest = max((len(reps) for _, reps in groups), default=1)
+        if widest > MAX_COPIES:
+            self.usable = False
+            self.ctx[C_MAXCOPIES] = 0
+            return
+        tables = tuple(np.array(rows, dtype=np.uint64).reshape(len(rows), cols)
+                       for rows, cols in ((jobs, 12), (members, 4), (peers, 9),
+                                          (replicas, 3)))
+        self._tables = tables  # kept alive: ctx holds their addresses
+        for i, t in zip((C_JOBS, C_MEMBERS, C_PEERS, C_REPLICAS), tables, strict=True):
+            self.ctx[i], self.ctx[i + 1] = t.ctypes.data, len(t)
+        self.ctx[C_MAXCOPIES] = max(widest, 1)
+        self.usable = True
+
+    def run(self, buf: np.ndarray, lengths: np.ndarray, skip: np.ndarray, port: int,
+            start: int, end: int) -> int:
+        """Frames start..end-1 of a receive batch (row i of `buf`, lengths[i] bytes, uint32;
+        skip[i] nonzero for one the caller takes) through the compiled path until the first
+        that is not a PASSING-path frame or the output is full (`full()`); their copies are
+        appended to the output (`frames()`). Returns the index of the first frame not taken."""
+        self._sync()
+        if not self.usable:
+            self.io[IO_FULL] = 0
+            return start
+        return self.dll.fp_run(self._ctx_addr, buf.ctypes.data, buf.shape[1],
+                               lengths.ctypes.data, skip.ctypes.data, port, start, end,
+                               self._io_addr)
+
+    # -- the switch's port loop (switch_model/ports.py) ---------------------------------------
+    def attach(self, fds: dict[int, int], batch: int, slot: int, ctrl_space: int,
+               filter_outgoing: bool) -> None:
+        """Receive into batches of `batch` frames of up to `slot` bytes (with `ctrl_space`
+        bytes of ancillary data each) and send to the packet sockets `fds` (port -> fd)."""
+        self.rx = np.zeros((batch, slot), dtype=np.uint8)
+        self.rx_len = np.zeros(batch, dtype=np.uint32)
+        self.rx_skip = np.zeros(batch, dtype=np.uint8)
+        self.rx_ctrl = np.zeros((batch, ctrl_space), dtype=np.uint8)
+        self.rx_name = np.zeros((batch, SOCKADDR_LL_SIZE), dtype=np.uint8)
+        self.vlan = np.zeros((batch, 3), dtype=np.uint32)
+        self.port_fd = np.full(max(fds, default=0) + 1, -1, dtype=np.int64)
+        for port, fd in fds.items():
+            self.port_fd[port] = fd
+        ctx = self.ctx
+        for i, a in ((C_RX, self.rx), (C_RXLEN, self.rx_len), (C_RXSKIP, self.rx_skip),
+                     (C_RXCTRL, self.rx_ctrl), (C_RXNAME, self.rx_name),
+                     (C_PORTFD, self.port_fd), (C_VLAN, self.vlan)):
+            ctx[i] = a.ctypes.data
+        ctx[C_RXSLOT], ctx[C_RXBATCH], ctx[C_CTRLSPACE] = slot, batch, ctrl_space
+        ctx[C_NPORTFD], ctx[C_FILTER_OUT] = len(self.port_fd), int(filter_outgoing)
+
+    def drain(self, fd: int, port: int) -> int:
+        """One receive batch of packet socket `fd` (switch port `port`) through the compiled
+        path and out. 1: frames `slow()` are the caller's (Pipeline.process), after which it
+        calls `resume`; 0: done; < 0: -errno of the receive."""
+        self._sync()
+        return self.dll.fp_drain(self._ctx_addr, fd, port, self._io_addr)
+
+    def resume(self, port: int) -> int:
+        """After the caller took the frames `slow()`: the rest of the batch, as `drain`."""
+        self.io[IO_NEXT] = self.io[IO_SLOW_END]
+        return self.dll.fp_resume(self._ctx_addr, port, self._io_addr)
+
+    def slow(self) -> range:
+        return range(int(self.io[IO_NEXT]), int(self.io[IO_SLOW_END]))
+
+    def received(self, i: int) -> tuple[bytes, int, int, int] | None:
+        """Frame i of the batch as received (None where it is dropped unseen), and its VLAN
+        tag's (auxdata status, TPID, TCI) where the kernel took one off (status 0 if none)."""
+        if self.rx_skip[i] == 1:
+            return None
+        status, tpid, tci = (int(x) for x in self.vlan[i])
+        return self.rx[i, :int(self.rx_len[i])].tobytes(), status, tpid, tci
+
+    def counts(self) -> tuple[int, int]:
+        """(frames the kernel refused on send, frames dropped on receive as too long)."""
+        return int(self.io[IO_TX_ERRORS]), int(self.io[IO_TRUNCATED])
+
+    def full(self) -> bool:
+        return bool(self.io[IO_FULL])
+
+    def pending(self) -> int:
+        return int(self.io[IO_NOUT])
+
+    def frames(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(egress ports, offsets in `out`, lengths) of the copies made since `clear`."""
+        n = int(self.io[IO_NOUT])
+        return self.out_port[:n], self.out_off[:n], self.out_len[:n]
+
+    def clear(self) -> None:
+        self.io[IO_NOUT] = self.io[IO_USED] = 0
+
+
+def interleave(pipeline, fast: FastPath | None, port: int, buf: np.ndarray, lengths: np.ndarray,
+               skip: np.ndarray, frame_of: Callable[[int], bytes | None],
+               take: Callable[[list[tuple[int, bytes]]], None],
+               flush: Callable[[], None]) -> None:
+    """A receive batch (frames 0..len(lengths)-1, arrived on `port`) through the pipeline in
+    order: runs of PASSING-path frames through the compiled path, any other frame (its bytes
+    from `frame_of`, None to drop it unseen) through Pipeline.process, whose copies go to
+    `take`. `flush` must send what `take` got, then the compiled path's copies (`frames()`),
+    and clear both: it is called before a frame goes to Python while compiled copies wait, when
+    the compiled output is full, and at the end, so each egress port sends in arrival order."""
+    n = len(lengths)
+    i = 0
+    with pipeline.state.lock:
+        while i < n:
+            if fast is not None:
+                i = fast.run(buf, lengths, skip, port, i, n)
+                if fast.full():
+                    flush()
+                    continue
+                if i >= n:
+                    break
+                if fast.pending():
+                    flush()
+            frame = frame_of(i)
+            i += 1
+            if frame is not None:
+                take(pipeline.process(port, frame))
+    flush()
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _only(action, name: str) -> bool:
+    if action.name != name:
+        raise _Unsupported(action.name)
+    return True
+
+
+def main() -> int:
+    """Build the library now (scripts/setup.sh), so that no switch pays for it at start."""
+    try:
+        print(f"fastpath: {build()}")
+    except OSError as e:
+        print(f"fastpath: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
