@@ -25,6 +25,8 @@ def _interface(spec: str) -> tuple[int, str]:
     port, sep, ifname = spec.partition("@")
     if not sep or not port.isdigit() or not ifname:
         raise argparse.ArgumentTypeError(f"expected PORT@INTERFACE (e.g. 1@veth1), got {spec!r}")
+    if int(port) >= 1 << 9:
+        raise argparse.ArgumentTypeError(f"port {port}: v1model ports are 9 bits (0-511)")
     return int(port), ifname
 
 

@@ -41,7 +41,7 @@ enum {
     C_GLOBAL, C_NGLOBAL, C_JOBSTATS, C_NJOBSTATS, C_POOLC, C_NPOOLC, C_LATE, C_NLATE,
     C_EGRESS, C_NEGRESS, C_OUT, C_OUTCAP, C_OUTPORT, C_OUTOFF, C_OUTLEN, C_MAXOUT, C_MAXCOPIES,
     C_RX, C_RXSLOT, C_RXBATCH, C_RXLEN, C_RXSKIP, C_RXCTRL, C_CTRLSPACE, C_RXNAME, C_PORTFD,
-    C_NPORTFD, C_FILTER_OUT, C_VLAN, C_LEN
+    C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_LEN
 };
 /* Table rows, as uint64 columns (FastPath._sync). */
 enum { J_JOB, J_POOL, J_STAT, J_ROOT, J_UPLINK, J_EPOCH, J_PSIZE, J_PBASE, J_GEN, J_FANIN,
@@ -282,11 +282,11 @@ static void passing(const uint64_t *ctx, uint32_t port, const uint8_t *frame, ui
     if (is_late(event)) count(ctx, C_LATE, stat * MAX_FAN_IN + h.contributor, len);
     if (!row) return;
     /* _egress_of: (port, rid) of every copy */
-    uint64_t eports[64 + 1], erids[64 + 1];
+    uint64_t eports[MAX_COPIES], erids[MAX_COPIES];
     int n = 0;
     if (is_mcast(event)) {
         const uint64_t *r = (const uint64_t *)ctx[C_REPLICAS];
-        for (uint64_t i = 0; i < ctx[C_NREPLICAS] && n < 64; i++)
+        for (uint64_t i = 0; i < ctx[C_NREPLICAS] && n < MAX_COPIES; i++)
             if (r[i * R_COLS + R_GROUP] == j[J_MCAST]) {
                 eports[n] = r[i * R_COLS + R_PORT];
                 erids[n++] = r[i * R_COLS + R_RID];
@@ -361,10 +361,12 @@ static void flush(const uint64_t *ctx, uint64_t *io) {
     const uint32_t *oport = (const uint32_t *)ctx[C_OUTPORT], *ooff = (const uint32_t *)ctx[C_OUTOFF],
                    *olen = (const uint32_t *)ctx[C_OUTLEN];
     const int64_t *fds = (const int64_t *)ctx[C_PORTFD];
-    static struct mmsghdr hdr[4096];
-    static struct iovec iov[4096];
-    static uint8_t done[4096];
-    if (n > 4096) n = 4096; /* never: C_MAXOUT is at most 4096 */
+    /* scratch of the caller's (OUT_FRAMES of each), not static: two switches in one process
+     * (tests) must not share it */
+    struct mmsghdr *hdr = (struct mmsghdr *)ctx[C_SCRATCH];
+    struct iovec *iov = (struct iovec *)(hdr + OUT_FRAMES);
+    uint8_t *done = (uint8_t *)(iov + OUT_FRAMES);
+    if (n > OUT_FRAMES) n = OUT_FRAMES; /* never: C_MAXOUT is OUT_FRAMES */
     memset(done, 0, n);
     for (uint64_t first = 0; first < n; first++) {
         if (done[first]) continue;
@@ -479,6 +481,11 @@ int64_t fp_drain(const uint64_t *ctx, int fd, uint32_t port, uint64_t *io) {
     }
     io[IO_K] = k;
     return fp_resume(ctx, port, io);
+}
+
+/* The scratch flush needs (C_SCRATCH), in bytes. */
+uint64_t fp_scratch_bytes(void) {
+    return OUT_FRAMES * (sizeof(struct mmsghdr) + sizeof(struct iovec) + 1);
 }
 
 int fp_abi(void) { return C_LEN * 1000 + K; }

@@ -52,7 +52,7 @@ OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME
  C_GLOBAL, C_NGLOBAL, C_JOBSTATS, C_NJOBSTATS, C_POOLC, C_NPOOLC, C_LATE, C_NLATE,
  C_EGRESS, C_NEGRESS, C_OUT, C_OUTCAP, C_OUTPORT, C_OUTOFF, C_OUTLEN, C_MAXOUT, C_MAXCOPIES,
  C_RX, C_RXSLOT, C_RXBATCH, C_RXLEN, C_RXSKIP, C_RXCTRL, C_CTRLSPACE, C_RXNAME, C_PORTFD,
- C_NPORTFD, C_FILTER_OUT, C_VLAN, C_LEN) = range(48)
+ C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_LEN) = range(49)
 IO_NOUT, IO_USED, IO_FULL, IO_K, IO_NEXT, IO_SLOW_END, IO_TX_ERRORS, IO_TRUNCATED = range(8)
 SOCKADDR_LL_SIZE = 20
 TP_STATUS_VLAN_VALID = 0x10
@@ -68,7 +68,7 @@ def _defines() -> dict[str, int]:
     d = {"K": P.K, "HEADER_BYTES": P.HEADER_BYTES, "PASSING_PORT": P.PASSING_UDP_PORT,
          "FLAGS_KNOWN": P.FLAGS_MASK, "ROLE_ROOT": int(P.Role.ROOT),
          "JOB_STATS_STRIDE": P.JOB_STATS_STRIDE, "MAX_FAN_IN": P.MAX_FAN_IN,
-         "FAST_MAX_FRAME": FAST_MAX_FRAME}
+         "FAST_MAX_FRAME": FAST_MAX_FRAME, "MAX_COPIES": MAX_COPIES, "OUT_FRAMES": OUT_FRAMES}
     d.update({f"FLAG_{f.name}": int(f) for f in Flag})
     d.update({f"DROP_{e.name}": int(e) for e in JobDrop})
     d.update({f"EVT_{e.name}": int(e) for e in JobEvent})
@@ -117,6 +117,7 @@ def _open(lib: Path) -> ctypes.CDLL:
         fn.restype = ctypes.c_int64
     dll.fp_drain.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p]
     dll.fp_resume.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p]
+    dll.fp_scratch_bytes.restype = ctypes.c_uint64
     dll.fp_abi.restype = ctypes.c_int
     if dll.fp_abi() != C_LEN * 1000 + P.K:
         raise OSError(f"{lib.name}: not built for this layout (ctx of {C_LEN}, K={P.K})")
@@ -157,6 +158,8 @@ class FastPath:
                      (C_OUTLEN, self.out_len)):
             ctx[i] = a.ctypes.data
         ctx[C_OUTCAP], ctx[C_MAXOUT] = OUT_BYTES, OUT_FRAMES
+        self.scratch = np.zeros(dll.fp_scratch_bytes(), dtype=np.uint8)
+        ctx[C_SCRATCH] = self.scratch.ctypes.data
         self._synced = -1
         self.usable = False
         self._tables: tuple[np.ndarray, ...] = ()
@@ -169,7 +172,9 @@ class FastPath:
         st = self.pipe.state
         if st.changes == self._synced:
             return
-        self._synced = st.changes
+        self._synced = st.changes  # an unusable copy is not retried before the next change
+        self.usable = False
+        self.ctx[C_MAXCOPIES] = 0  # fastpath.c: every frame to the caller
         try:
             jobs = [(job, pool, *(a.params[c] for c in JOB_COLUMNS))
                     for (job, pool), a in st.tables["job_config"].entries.items()
@@ -180,20 +185,18 @@ class FastPath:
             peers = [(job, port, rid, *(a.params[c] for c in PEER_COLUMNS))
                      for (job, port, rid), a in st.tables["peer_rewrite"].entries.items()
                      if _only(a, "set_peer")]
-        except _Unsupported:
-            self.usable = False
-            self.ctx[C_MAXCOPIES] = 0  # fastpath.c: every frame to the caller
+            groups = list(st.mcast.items())
+            replicas = [(g, port, rid) for g, reps in groups for port, rid in reps]
+            widest = max((len(reps) for _, reps in groups), default=1)
+            if widest > MAX_COPIES:
+                raise _Unsupported(f"a multicast group of {widest} replicas")
+            # A value no P4 field holds (negative, or wider than 64 bits; only an in-process
+            # writer can make one) raises here: Python alone then.
+            tables = tuple(np.array(rows, dtype=np.uint64).reshape(len(rows), cols)
+                           for rows, cols in ((jobs, 12), (members, 4), (peers, 9),
+                                              (replicas, 3)))
+        except (_Unsupported, OverflowError, ValueError, TypeError):
             return
-        groups = list(st.mcast.items())
-        replicas = [(g, port, rid) for g, reps in groups for port, rid in reps]
-        widest = max((len(reps) for _, reps in groups), default=1)
-        if widest > MAX_COPIES:
-            self.usable = False
-            self.ctx[C_MAXCOPIES] = 0
-            return
-        tables = tuple(np.array(rows, dtype=np.uint64).reshape(len(rows), cols)
-                       for rows, cols in ((jobs, 12), (members, 4), (peers, 9),
-                                          (replicas, 3)))
         self._tables = tables  # kept alive: ctx holds their addresses
         for i, t in zip((C_JOBS, C_MEMBERS, C_PEERS, C_REPLICAS), tables, strict=True):
             self.ctx[i], self.ctx[i + 1] = t.ctypes.data, len(t)
