@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         for port, batch in by_port:
             out += len(pipe.process_batch(port, batch))
         dt = time.perf_counter() - t0
-    completed = pipe.state.counters["job_stats"][P.JobEvent.COMPLETE_ROOT][0]
+    completed = int(pipe.state.counters["job_stats"][P.JobEvent.COMPLETE_ROOT, 0])
     assert completed == rounds * POOL, "every slot of every round must complete"
     res = {"K": P.K, "pipeline": args.pipeline, "packets": len(work), "seconds": round(dt, 3),
            "pps": round(len(work) / dt), "values_per_s": round(len(work) * P.K / dt),

@@ -198,7 +198,9 @@ class Ports:
             ep.register(fd, select.EPOLLIN)
         process, send = pipeline.process, self.send
         try:
-            if self._batched and pipeline.fast is not None:
+            # (A pipeline without a compiled path, e.g. a test's or a benchmark's own, has no
+            # `fast` at all.)
+            if self._batched and getattr(pipeline, "fast", None) is not None:
                 self._run_compiled(pipeline, ep, stop)
                 return
             while not stop.is_set():
