@@ -22,7 +22,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#define ETH_OFF 0
 #define IPV4_OFF 14
 #define UDP_OFF 34
 #define PASSING_OFF 42
@@ -254,6 +253,12 @@ static int passing_path(const uint8_t *f, uint32_t len) {
         && be16(f + UDP_OFF + 2) == PASSING_PORT;
 }
 
+/* Whether this path takes a received frame (skip: 0 as received, 1 dropped unseen, 2 tagged):
+ * a PASSING-path frame short enough for the output arrays, while the tables are usable. */
+static int compiled_takes(const uint64_t *ctx, const uint8_t *f, uint32_t len, uint8_t skip) {
+    return !skip && ctx[C_MAXCOPIES] && len <= FAST_MAX_FRAME && passing_path(f, len);
+}
+
 /* Pipeline._passing for one frame; its copies appended to the output arrays. */
 static void passing(const uint64_t *ctx, uint32_t port, const uint8_t *frame, uint32_t len, uint64_t *io) {
     if (len < PASSING_END) { count(ctx, C_GLOBAL, GDROP_MALFORMED, len); return; }
@@ -339,7 +344,7 @@ int64_t fp_run(const uint64_t *ctx, const uint8_t *rx, uint64_t stride, const ui
     for (int64_t i = start; i < end; i++) {
         const uint8_t *f = rx + i * stride;
         uint32_t len = lens[i];
-        if (skip[i] || len > FAST_MAX_FRAME || !passing_path(f, len)) return i;
+        if (!compiled_takes(ctx, f, len, skip[i])) return i;
         if (io[IO_NOUT] + ctx[C_MAXCOPIES] > ctx[C_MAXOUT]
                 || io[IO_USED] + ctx[C_MAXCOPIES] * len > ctx[C_OUTCAP]) {
             io[IO_FULL] = 1;
@@ -409,16 +414,14 @@ int64_t fp_resume(const uint64_t *ctx, uint32_t port, uint64_t *io) {
     uint64_t k = io[IO_K], stride = ctx[C_RXSLOT];
     while (io[IO_NEXT] < k) {
         io[IO_FULL] = 0;
-        int64_t i = ctx[C_MAXCOPIES] ? fp_run(ctx, rx, stride, lens, skip, port, io[IO_NEXT], k, io)
-                                     : (int64_t)io[IO_NEXT];
+        int64_t i = fp_run(ctx, rx, stride, lens, skip, port, io[IO_NEXT], k, io);
         io[IO_NEXT] = i;
         if (io[IO_FULL]) { flush(ctx, io); continue; }
         if ((uint64_t)i >= k) break;
         /* frames the compiled path drops unseen are skipped; the others go to Python */
         if (skip[i] == 1) { io[IO_NEXT] = i + 1; continue; }
         uint64_t j = i + 1;
-        while (j < k && skip[j] != 1 && (skip[j] == 2 || lens[j] > FAST_MAX_FRAME || !ctx[C_MAXCOPIES]
-                                         || !passing_path(rx + j * stride, lens[j])))
+        while (j < k && skip[j] != 1 && !compiled_takes(ctx, rx + j * stride, lens[j], skip[j]))
             j++;
         flush(ctx, io);
         io[IO_SLOW_END] = j;

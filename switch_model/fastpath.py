@@ -161,7 +161,6 @@ class FastPath:
         self.scratch = np.zeros(dll.fp_scratch_bytes(), dtype=np.uint8)
         ctx[C_SCRATCH] = self.scratch.ctypes.data
         self._synced = -1
-        self.usable = False
         self._tables: tuple[np.ndarray, ...] = ()
         self._ctx_addr, self._io_addr = ctx.ctypes.data, self.io.ctypes.data
 
@@ -173,7 +172,6 @@ class FastPath:
         if st.changes == self._synced:
             return
         self._synced = st.changes  # an unusable copy is not retried before the next change
-        self.usable = False
         self.ctx[C_MAXCOPIES] = 0  # fastpath.c: every frame to the caller
         try:
             jobs = [(job, pool, *(a.params[c] for c in JOB_COLUMNS))
@@ -201,7 +199,6 @@ class FastPath:
         for i, t in zip((C_JOBS, C_MEMBERS, C_PEERS, C_REPLICAS), tables, strict=True):
             self.ctx[i], self.ctx[i + 1] = t.ctypes.data, len(t)
         self.ctx[C_MAXCOPIES] = max(widest, 1)
-        self.usable = True
 
     def run(self, buf: np.ndarray, lengths: np.ndarray, skip: np.ndarray, port: int,
             start: int, end: int) -> int:
@@ -209,10 +206,7 @@ class FastPath:
         skip[i] nonzero for one the caller takes) through the compiled path until the first
         that is not a PASSING-path frame or the output is full (`full()`); their copies are
         appended to the output (`frames()`). Returns the index of the first frame not taken."""
-        self._sync()
-        if not self.usable:
-            self.io[IO_FULL] = 0
-            return start
+        self._sync()  # unusable tables: C_MAXCOPIES 0, and fp_run takes no frame
         return self.dll.fp_run(self._ctx_addr, buf.ctypes.data, buf.shape[1],
                                lengths.ctypes.data, skip.ctypes.data, port, start, end,
                                self._io_addr)

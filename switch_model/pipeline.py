@@ -217,7 +217,7 @@ class Pipeline:
 
     def use_compiled(self) -> bool:
         """Take PASSING-path frames of batches through the compiled path from now on, where
-        it can be built (or PASSING_MODEL_PIPELINE=python asks for Python). True if so."""
+        it can be built (a C compiler found). True if so."""
         self.fast = fastpath.load(self)
         return self.fast is not None
 

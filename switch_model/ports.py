@@ -12,11 +12,12 @@ import select
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from passing import mmsg
+from switch_model import fastpath
 from switch_model.pipeline import Pipeline
 
 log = logging.getLogger("switch_model.ports")
@@ -55,6 +56,17 @@ def with_vlan_tag(frame: bytes, ancillary: list[tuple[int, int, bytes]]) -> byte
 def _tagged(frame: bytes, status: int, tpid: int, tci: int) -> bytes:
     tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
     return frame[:12] + struct.pack("!HH", tpid, tci) + frame[12:]
+
+
+def _slow_frames(fast: fastpath.FastPath) -> Iterator[bytes]:
+    """The run of frames the compiled path handed back (FastPath.slow), as they were on the
+    wire (a VLAN tag the kernel stripped put back); those it drops unseen left out."""
+    for i in fast.slow():
+        got = fast.received(i)
+        if got is None:
+            continue
+        frame, status, tpid, tci = got
+        yield _tagged(frame, status, tpid, tci) if status & TP_STATUS_VLAN_VALID else frame
 
 
 def vlan_of_batch(ctrl: np.ndarray, ctrl_len: np.ndarray) -> tuple[np.ndarray, np.ndarray,
@@ -155,6 +167,20 @@ class Ports:
             yield _tagged(frame, int(status[i]), int(tpid[i]), int(tci[i])) \
                 if tagged[i] else frame
 
+    def _process_and_send(self, process, port: int, frames: Iterable[bytes]) -> None:
+        """`frames` (arrived on `port`) through `process`; the output goes out per egress port
+        in one call, in the order the pipeline made it."""
+        out: dict[int, list[bytes]] = {}
+        for frame in frames:
+            for egress, packet in process(port, frame):
+                q = out.get(egress)
+                if q is None:
+                    out[egress] = [packet]
+                else:
+                    q.append(packet)
+        for egress, packets in out.items():
+            self.send(egress, packets)
+
     def _run_compiled(self, pipeline: Pipeline, ep: select.epoll, stop: threading.Event
                       ) -> None:
         """The port loop with receive, the PASSING path and send in C (fastpath.c), one call
@@ -171,18 +197,7 @@ class Ports:
                     with pipeline.state.lock:
                         r = fast.drain(fd, port)
                         while r == 1:
-                            out: dict[int, list[bytes]] = {}
-                            for i in fast.slow():
-                                got = fast.received(i)
-                                if got is None:
-                                    continue
-                                frame, status, tpid, tci = got
-                                if status & TP_STATUS_VLAN_VALID:
-                                    frame = _tagged(frame, status, tpid, tci)
-                                for egress, packet in pipeline.process(port, frame):
-                                    out.setdefault(egress, []).append(packet)
-                            for egress, frames in out.items():
-                                self.send(egress, frames)
+                            self._process_and_send(pipeline.process, port, _slow_frames(fast))
                             r = fast.resume(port)
                     if r < 0:
                         raise OSError(-r, os.strerror(-r))
@@ -196,7 +211,7 @@ class Ports:
         by_fd = {s.fileno(): (port, s) for port, s in self.socks.items()}
         for fd in by_fd:
             ep.register(fd, select.EPOLLIN)
-        process, send = pipeline.process, self.send
+        process = pipeline.process
         try:
             # (A pipeline without a compiled path, e.g. a test's or a benchmark's own, has no
             # `fast` at all.)
@@ -206,18 +221,7 @@ class Ports:
             while not stop.is_set():
                 for fd, _ in ep.poll(0.2):
                     port, sock = by_fd[fd]
-                    # A batch's output goes out per egress port in one call, in the order
-                    # the pipeline made it.
-                    out: dict[int, list[bytes]] = {}
-                    for frame in self._frames(sock):
-                        for egress, packet in process(port, frame):
-                            q = out.get(egress)
-                            if q is None:
-                                out[egress] = [packet]
-                            else:
-                                q.append(packet)
-                    for egress, frames in out.items():
-                        send(egress, frames)
+                    self._process_and_send(process, port, self._frames(sock))
         finally:
             ep.close()
 

@@ -22,7 +22,7 @@ from passing import protocol as P
 from passing.p4info import load_p4info
 from switch_model import fastpath
 from switch_model.p4runtime_server import P4RuntimeService
-from switch_model.pipeline import Pipeline
+from switch_model.pipeline import PASSING_END, PASSING_OFF, VALUES_OFF, Pipeline
 from switch_model.state import Action
 from testbed.entries import Uplink, contribution, job_entries
 from testbed.loopback import InProcessConnection
@@ -87,9 +87,8 @@ def _frame(rng: random.Random, templates: dict[int, bytes], port: int) -> bytes:
     values = np.array([rng.randrange(-(1 << 31), 1 << 31) for _ in range(4)] * (P.K // 4),
                       dtype=">i4").tobytes()
     base = bytearray(templates[port])
-    off = fastpath_offsets()
-    base[off[0]:off[0] + P.HEADER_BYTES] = header
-    base[off[1]:off[1] + P.VALUES_BYTES] = values
+    base[PASSING_OFF:VALUES_OFF] = header
+    base[VALUES_OFF:PASSING_END] = values
     r = rng.random()
     if r < 0.02:
         base[14 + rng.randrange(20)] ^= 1 << rng.randrange(8)  # IPv4 header: bad checksum
@@ -106,11 +105,6 @@ def _frame(rng: random.Random, templates: dict[int, bytes], port: int) -> bytes:
     elif r < 0.10:
         base[12:14] = b"\x81\x00"  # tagged
     return bytes(base)
-
-
-def fastpath_offsets() -> tuple[int, int]:
-    passing_off = 14 + 20 + 8
-    return passing_off, passing_off + P.HEADER_BYTES
 
 
 def _templates() -> dict[int, bytes]:
