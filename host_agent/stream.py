@@ -427,6 +427,9 @@ class SlotStreamer:
         # The least round trip of a result taken without a pause before it (_gather): the
         # path's own, without queues.
         self.min_rtt: float | None = None
+        # Results per second of the last call (beyond min_rtt): how fast a new call's first
+        # window should come back (_probe_period).
+        self.rate: float | None = None
         self._paused = False  # the last receive followed a pause (its samples are late)
         self.rto = cfg.rto
         self._seq = 0  # numbers every transmission, in order (see _resend_overtaken)
@@ -681,8 +684,10 @@ class SlotStreamer:
         probes = taken = 0
         results0 = self.stats.results
         longest: float | None = None  # the call's longest silence that every host made
+        # The probe timer's period, set anew at each result.
+        period = self._probe_period(call, 0, started, started)
         while call.pending.any():
-            wake = self._probe_due(probe_ref, probes)
+            wake = self._probe_due(probe_ref, probes, period)
             if patience is not None:
                 waiting = call.pending & ~call.close & ~call.abstaining
                 if waiting.any():
@@ -711,16 +716,20 @@ class SlotStreamer:
                 if more.size:
                     self._launch(call, more)
                 self._resend_overtaken(call, mark, now)
+                period = self._probe_period(call, self.stats.results - results0, started, now)
             if not call.pending.any():
                 break
             if patience is not None and now - last_progress >= patience:
                 self._close_overdue(call, now, patience)
             if now - last_progress > self.cfg.deadline:
                 raise self._timeout(call)
-            if now >= self._probe_due(probe_ref, probes):
+            if now >= self._probe_due(probe_ref, probes, period):
                 self._probe(call, now)
                 probes = min(probes + 1, 30)
                 probe_ref = now
+        took = self.stats.results - results0
+        if took and self.min_rtt is not None:
+            self.rate = took / max(time.monotonic() - started - self.min_rtt, 1e-6)
         if longest is not None:
             self._learn_wait(longest)
         self._keep_scales(call)
@@ -833,9 +842,32 @@ class SlotStreamer:
             self._resend(call, due, now, probe=False)
             self.stats.closes += due.size
 
-    def _probe_due(self, since: float, probes: int) -> float:
-        """When silence since `since` calls for a probe: the timer, doubled per probe sent."""
-        return since + min(self.rto * (1 << probes), self.cfg.max_rto)
+    def _probe_due(self, since: float, probes: int, period: float) -> float:
+        """When silence since `since` calls for a probe: `period`, doubled per probe sent."""
+        return since + min(period * (1 << probes), self.cfg.max_rto)
+
+    def _probe_period(self, call: _Call, results: int, started: float, now: float) -> float:
+        """How long silence after a result (or the call's start, before any) may last before
+        it calls for a probe: the time the packets still in flight should take now, not the
+        call's average round trip. Mid-call the average is right (the window keeps the
+        queues full), but at a call's tail the queues have drained: a lost last packet would
+        wait out a timer sized for full queues (43-70 ms on leafspine as shipped, where a
+        packet into empty queues comes back in 0.2-0.3 ms), and a lost probe twice that. At
+        a call's start the reverse: a whole window waits in queues, longer than the last
+        call's tail left the timer (12 ms against 21 ms for the first result, a probe with
+        no loss). By Little's law the packets in flight come back in in_flight / rate seconds
+        beyond the path's own round trip (min_rtt), at the rate of this call's results so
+        far, or before the first, of the last call's: twice that, at least min_rto, and
+        never beyond the measured timer mid-call or under it at the start."""
+        if self.min_rtt is None:
+            return self.rto
+        in_flight = int(np.count_nonzero(call.pending))
+        if results > 0:
+            rate = results / max(now - started - self.min_rtt, 1e-6)
+            return min(self.rto, max(self.cfg.min_rto, 2 * (self.min_rtt + in_flight / rate)))
+        if self.rate is None:
+            return self.rto
+        return min(max(self.rto, 2 * (self.min_rtt + in_flight / self.rate)), self.cfg.max_rto)
 
     def _next_seq(self, n: int) -> np.ndarray:
         seq = np.arange(self._seq, self._seq + n, dtype=np.int64)

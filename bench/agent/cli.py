@@ -78,8 +78,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rto", type=float, default=0.05,
                     help="retransmission timeout until round trips are measured, seconds "
                          "(default 0.05)")
-    ap.add_argument("--min-rto", type=float, default=0.02,
-                    help="lower bound of the measured retransmission timeout (default 0.02)")
+    ap.add_argument("--min-rto", type=float, default=RunOptions.min_rto,
+                    help="lower bound of the probe timer (docs/protocol.md, \"Loss recovery\"; "
+                         f"default {RunOptions.min_rto:g})")
     ap.add_argument("--gather-max", type=float, default=RunOptions.gather_max,
                     metavar="SECONDS",
                     help="passing and ina: the longest a host waits for more results after a "

@@ -21,7 +21,7 @@ class RunOptions:
     seed: int = 0
     rto: float = 0.05
     timeout: float = 10.0
-    min_rto: float = 0.02
+    min_rto: float = StreamConfig.min_rto
     gather_max: float = StreamConfig.gather_max  # (0: no gathering)
     strategy: str = "passing"
     ifname: str | None = None

@@ -117,7 +117,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         import torch.distributed as dist
 
         from bench.agent import strategies
-        from bench.agent.hosts_meet import hosts_meet
+        from bench.agent.start_line import StartLine
         from host_agent.session import (
             RendezvousError,
             agree_by_tcp,
@@ -143,10 +143,6 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             # they oversubscribe the CPUs and every collective waits on a descheduled rank.
             torch.set_num_threads(1)
         passing = None
-        # Before each call every rank of the job meets: the baselines in their world group's
-        # barrier, PASSING's ranks in their host's group, then its leaders on their session
-        # store (hosts_meet).
-        meet_on = None
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
             dist.init_process_group("nccl" if cuda else "gloo",
@@ -173,11 +169,10 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                                                   **stream)
             closers.append(passing.close)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
-            if rank == 0 and len(hosts) > 1:
-                meet_on = store
+            token = session
         else:
             # The baselines need every rank of every host in one group, met at the first host
-            # (ina only for the barrier that starts each timed call together).
+            # (ina for its session and the start line's token).
             if args["ifname"]:
                 os.environ[_GLOO_IFNAME] = args["ifname"]
             first = params.host(hosts[0]).host_ip
@@ -194,6 +189,19 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             else:
                 allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
                 stats = None
+            # The run's token for the start line: rank 0's, over the group (once, by TCP).
+            token_t = torch.tensor([int.from_bytes(os.urandom(7), "big")], dtype=torch.int64)
+            dist.broadcast(token_t, 0)
+            token = int(token_t[0])
+        # Before each call every rank of every host meets at the start line (one UDP
+        # datagram each way, resent in milliseconds; see bench.agent.start_line).
+        where = [(h, r) for h in range(len(hosts)) for r in ranks.host_ranks(h)]
+        line = StartLine(ranks.rank,
+                         [(params.host(hosts[h]).host_ip, args["rendezvous_port"] + r)
+                          for h, r in where], token,
+                         names=[f"{hosts[h]} rank {r - ranks.host_ranks(h)[0]}"
+                                for h, r in where])
+        closers.append(line.close)
         if args["train_steps"]:
             check.forget()
             out.put(_train(allreduce, ranks, args, stats))
@@ -203,24 +211,20 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         base = base.to(device)
         exact, tol, count = expected_sum(params, args["seed"], args["size"], args["strategy"])
         times, errors, excess, wrong = [], [], [], 0
+        spans = []
         timed_from = None
         for it in range(args["warmup"] + args["iters"]):  # warm-up calls are not timed
             if it == args["warmup"] and rank == 0:
                 timed_from = _link_bytes(args["ifname"])
             t = base.clone()
-            dist.barrier()
-            if meet_on is not None:
-                # After the host's own ranks met, so that the leaders' meeting is the last
-                # thing before every host's timer: a host whose other rank comes late is late
-                # at the meeting, not after it. The first call waits as long as the rendezvous
-                # (hosts finish starting at different times); later ones only as long as a
-                # call may take.
-                wait = args["rendezvous_timeout"] if it == 0 else args["timeout"]
-                hosts_meet(meet_on, f"call{it}", len(hosts), wait, serving=host_index == 0)
+            # The first call waits as long as the rendezvous (hosts finish starting at
+            # different times); later ones only as long as a call may take.
+            line.meet(it, args["rendezvous_timeout"] if it == 0 else args["timeout"])
             t0 = time.perf_counter()
             allreduce(t)
             if it >= args["warmup"]:
                 times.append(time.perf_counter() - t0)
+                spans.append((t0, time.perf_counter()))
             # Every call is checked, the warm-ups too: a wrong first answer is still wrong.
             err = np.abs(t.cpu().numpy().astype(np.float64) - exact)
             errors.append(float(np.max(err)))
@@ -235,6 +239,9 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                 stats = passing.streamer.stats
             out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
                      "device": str(device), "times": times, "max_error": max(errors),
+                     # perf_counter at each timed call's start and end: Mininet's hosts
+                     # share the clock, so a benchmark can see how together they started
+                     "spans": spans,
                      "call_errors": errors, "tolerance": float(np.max(tol)),
                      "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
                      "contributors": count, **_stream_counts(stats), **_pools(passing),

@@ -5,9 +5,11 @@ the whole window. Counted, not timed: the numbers asserted are packets."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
+from host_agent.stream import SlotStreamer, StreamConfig
 from passing import packet
 from passing import protocol as P
 from testbed.loopback import LoopbackSwitch, random_tensors
@@ -208,3 +210,43 @@ def test_a_result_twice_in_one_batch_is_taken_once():
     assert host.ignored == hooks[1].doubled
     assert host.results == host.packets == streamers[1].stats.packets
     assert host.retransmissions == 0
+
+
+class _Silent:
+    def send(self, payload: bytes) -> None:
+        pass
+
+    def recv(self, timeout: float) -> list[bytes]:
+        return []
+
+
+def test_the_probe_timer_follows_the_packets_still_in_flight():
+    """Mid-call the window keeps the queues full and silence is measured against the call's
+    round trips (43-70 ms on leafspine); at its tail the queues have drained, and a lost last
+    packet is probed after the round trip of the few packets left, not the full queue's; at
+    its start a whole window waits in the queues, which no probe may mistake for loss."""
+    streamer = SlotStreamer(StreamConfig(job_id=1, contributor=0, window=256, streams=4,
+                                         session=1, min_rto=0.005), _Silent())
+    streamer.rto, streamer.min_rtt = 0.060, 0.0003  # as measured on leafspine as shipped
+    started, now = 0.0, 0.120  # 720 results in 0.12 s: 6,000 per second
+
+    def period(in_flight: int) -> float:
+        call = SimpleNamespace(pending=np.arange(256) < in_flight)
+        return streamer._probe_period(call, 720, started, now)
+
+    assert period(256) == 0.060  # a full window: the measured timer
+    assert period(2) == 0.005  # two left: twice their 0.6 ms, at least min_rto
+    assert 0.005 < period(60) < 0.060  # in between: 2 x (0.3 ms + 60 / 6,000 per s) = 20.6 ms
+    assert abs(period(60) - 2 * (0.0003 + 60 / (720 / (0.120 - 0.0003)))) < 1e-9
+
+    # A call's start: its whole window waits in queues, longer than the timer the last
+    # call's tail left (12 ms), at the last call's rate of results.
+    streamer.rto, streamer.rate = 0.012, 6000.0
+    first = streamer._probe_period(SimpleNamespace(pending=np.ones(256, bool)), 0, 0.0, 0.0)
+    assert abs(first - 2 * (0.0003 + 256 / 6000)) < 1e-9  # 86 ms, not 12
+    streamer.rate = None  # no call before: the measured timer
+    assert streamer._probe_period(SimpleNamespace(pending=np.ones(256, bool)), 0, 0.0,
+                                  0.0) == 0.012
+    # Before any round trip was measured there is nothing to scale: the configured timer.
+    streamer.rto, streamer.min_rtt = 0.060, None
+    assert period(2) == 0.060

@@ -1,0 +1,149 @@
+"""The start line of each timed call: every rank of every host waits there until all have
+come, then all start their timers together.
+
+It was a meeting on the session's TCP store (and, for the baselines, gloo's barrier). Under
+frame loss that meeting was itself the slowest part of a "call": a lost segment of the store's
+traffic costs TCP's 200 ms retransmission timeout, and the hosts that passed the meeting
+started their timers up to 1.5 s before the one still in it (leafspine, 20% loss on one host
+link, 2026-12-04), time that every strategy's loss figures then held and that no all-reduce
+spends. Here each rank says "arrived" over UDP, to every other rank, in copies and again every
+few milliseconds until it has heard from all, and a thread answers a rank that asks again after
+this one left: a lost datagram costs a resend's milliseconds, not a TCP timeout.
+
+    line = StartLine(my_rank, addresses, token)   # addresses: (ip, port) of every rank
+    line.meet(call, timeout)                      # returns when every rank has reached `call`
+    line.close()
+
+Datagrams carry the run's token: a late one from an earlier run, or one from anyone else, is
+ignored. The worst a forged one can do is start a timer early, never change a sum."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+_MAGIC = 0x5354  # "ST"
+_FORMAT = "!HBHIQ"  # magic, kind, sender rank, call, token
+_ASK, _ACK = 1, 2  # "I am here, are you?" (answered while the answerer has come) / "I am here"
+_SIZE = struct.calcsize(_FORMAT)
+_COPIES = 3  # sent on arrival: at 5% loss on four links each copy is lost 19% of the time
+_RESEND_FIRST_S = 0.001
+_RESEND_MOST_S = 0.005  # while one host is late (seconds, at the first call) the others ask
+
+
+class StartLine:
+    """One rank's end of the start line among `len(addresses)` ranks; `addresses[rank]` is
+    where rank `rank` listens (this one binds its own)."""
+
+    def __init__(self, rank: int, addresses: list[tuple[str, int]], token: int,
+                 names: list[str] | None = None):
+        """`names`: what an error calls each rank (default "rank N")."""
+        if not 0 <= rank < len(addresses):
+            raise ValueError(f"rank {rank} of {len(addresses)} ranks")
+        self.names = names or [f"rank {r}" for r in range(len(addresses))]
+        self.rank, self.addresses, self.token = rank, list(addresses), token & (2**64 - 1)
+        self._lock = threading.Condition()
+        # Per call, the ranks heard from (this one's own arrival included).
+        self._heard: dict[int, set[int]] = {}
+        self._reached = -1  # the latest call this rank has come to
+        self._closed = False
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._sock.bind(addresses[rank])
+        except OSError as e:
+            self._sock.close()
+            raise OSError(f"start line: cannot listen on {addresses[rank][0]}:"
+                          f"{addresses[rank][1]} ({e.strerror})") from None
+        self._reader = threading.Thread(target=self._read, name="start-line", daemon=True)
+        self._reader.start()
+
+    def meet(self, call: int, timeout: float) -> None:
+        """Return once every rank has come to `call` (calls count up from 0, the same on every
+        rank); HostsMissing after `timeout` seconds without them."""
+        with self._lock:
+            self._reached = max(self._reached, call)
+            self._heard.setdefault(call, set()).add(self.rank)
+        for _ in range(_COPIES):
+            self._tell(_ASK, call, self._others())
+        deadline = time.monotonic() + timeout
+        resend = _RESEND_FIRST_S
+        with self._lock:
+            while True:
+                missing = self._missing(call)
+                if not missing:
+                    break
+                now = time.monotonic()
+                if now >= deadline:
+                    raise HostsMissing(
+                        f"{len(missing)} of {len(self.addresses)} ranks ("
+                        f"{', '.join(self.names[r] for r in sorted(missing))}) did not come to "
+                        f"call {call} within {timeout:g} s:"
+                        " their agents stopped or were restarted (a restarted agent cannot "
+                        "rejoin a running job's session); start every host's agent again")
+                self._lock.wait(min(resend, deadline - now))
+                if self._missing(call):
+                    self._lock.release()
+                    try:
+                        self._tell(_ASK, call, self._missing(call))
+                    finally:
+                        self._lock.acquire()
+                    resend = min(resend * 2, _RESEND_MOST_S)
+            # Earlier calls' sets are no longer needed (a late copy re-adds nothing: _read
+            # keeps only calls not yet passed).
+            for old in [c for c in self._heard if c < call]:
+                del self._heard[old]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self._reader.join(1.0)
+
+    def _others(self) -> list[int]:
+        return [r for r in range(len(self.addresses)) if r != self.rank]
+
+    def _missing(self, call: int) -> set[int]:
+        return set(range(len(self.addresses))) - self._heard.get(call, set())
+
+    def _tell(self, kind: int, call: int, ranks) -> None:
+        data = struct.pack(_FORMAT, _MAGIC, kind, self.rank, call, self.token)
+        for r in ranks:
+            try:
+                self._sock.sendto(data, self.addresses[r])
+            except OSError:
+                pass  # (an unreachable peer is the timeout's to report)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data, _ = self._sock.recvfrom(64)
+            except OSError:
+                return  # closed
+            if len(data) != _SIZE:
+                continue
+            magic, kind, sender, call, token = struct.unpack(_FORMAT, data)
+            if magic != _MAGIC or kind not in (_ASK, _ACK) or token != self.token \
+                    or not 0 <= sender < len(self.addresses) or sender == self.rank:
+                continue
+            with self._lock:
+                if self._closed:
+                    return
+                # A rank asks until it has heard from this one: answer for any call this one
+                # has come to (it may have left it already). Never an answer: two ranks
+                # would answer each other for ever.
+                answer = kind == _ASK and call <= self._reached
+                if call > self._reached or call in self._heard:
+                    self._heard.setdefault(call, set()).add(sender)
+                    self._lock.notify_all()
+            if answer:
+                self._tell(_ACK, call, [sender])
+
+
+class HostsMissing(RuntimeError):
+    """Some rank never reached the start line: the job cannot go on without it."""

@@ -1,0 +1,141 @@
+"""The start line before each timed call (bench.agent.start_line): nobody's timer starts before
+every rank is there, every call meets anew, a lost datagram costs a resend rather than the
+meeting, and a rank that never comes is an error, not a hang."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from bench.agent import start_line as sl
+from bench.agent.start_line import HostsMissing, StartLine
+
+
+def _addresses(n: int) -> list[tuple[str, int]]:
+    out, held = [], []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        held.append(s)
+        out.append(s.getsockname())
+    for s in held:
+        s.close()
+    return out
+
+
+def _run(lines: list[StartLine], calls: int, late: int, arrived: dict, passed: dict) -> None:
+    def rank(i: int) -> None:
+        for call in range(calls):
+            if i == late:
+                time.sleep(0.03)  # the same rank the last to arrive at every call
+            arrived[i, call] = time.monotonic()
+            lines[i].meet(call, 10.0)
+            passed[i, call] = time.monotonic()
+
+    threads = [threading.Thread(target=rank, args=(i,)) for i in range(len(lines))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+
+def test_no_rank_passes_before_the_last_arrives_in_any_call():
+    addresses, calls = _addresses(4), 5
+    lines = [StartLine(i, addresses, 7) for i in range(4)]
+    arrived: dict = {}
+    passed: dict = {}
+    try:
+        _run(lines, calls, late=3, arrived=arrived, passed=passed)
+    finally:
+        for line in lines:
+            line.close()
+    assert len(passed) == 4 * calls
+    for call in range(calls):
+        last = max(arrived[i, call] for i in range(4))
+        assert all(passed[i, call] >= last for i in range(4)), call
+
+
+def test_a_rank_whose_every_copy_from_the_last_arriver_was_lost_still_passes(monkeypatch):
+    """The last to arrive sends its copies and leaves at once; when all of them to rank 0 are
+    lost, rank 0 asks again and the last arriver's reader answers, although it has left."""
+    addresses = _addresses(3)
+    dropped: list[tuple[int, int]] = []
+    real_tell = StartLine._tell
+
+    def lossy_tell(self, kind, call, ranks):
+        ranks = list(ranks)
+        if self.rank == 2 and kind == sl._ASK and 0 in ranks:
+            dropped.append((call, 0))
+            ranks.remove(0)
+        real_tell(self, kind, call, ranks)
+
+    monkeypatch.setattr(StartLine, "_tell", lossy_tell)
+    lines = [StartLine(i, addresses, 7) for i in range(3)]
+    arrived: dict = {}
+    passed: dict = {}
+    try:
+        _run(lines, 3, late=2, arrived=arrived, passed=passed)
+    finally:
+        for line in lines:
+            line.close()
+    assert len(passed) == 9
+    assert {c for c, _ in dropped} == {0, 1, 2}  # rank 0 never got a copy of rank 2's asks
+    for call in range(3):
+        assert passed[0, call] >= arrived[2, call]
+        assert passed[2, call] <= passed[0, call]  # rank 2 had left before rank 0 passed
+
+
+def test_a_rank_that_never_comes_is_an_error_at_the_timeout():
+    addresses = _addresses(2)
+    lines = [StartLine(0, addresses, 7, names=["h1 rank 0", "h2 rank 0"])]  # h2 never starts
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(HostsMissing, match=r"1 of 2 ranks \(h2 rank 0\) did not come "
+                                               r"to call 0 within 0.3 s"):
+            lines[0].meet(0, 0.3)
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        for line in lines:
+            line.close()
+
+
+@pytest.mark.parametrize("forged", ["another run's token", "a short datagram", "its own rank"])
+def test_a_datagram_not_of_this_run_lets_nobody_pass(forged):
+    """A late datagram of an earlier run (another token), or any other, counts for nobody."""
+    addresses = _addresses(2)
+    line = StartLine(0, addresses, 7)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(addresses[1])
+            data = {"another run's token": struct.pack(sl._FORMAT, sl._MAGIC, sl._ASK, 1, 0, 8),
+                    "a short datagram": struct.pack(sl._FORMAT, sl._MAGIC, sl._ASK, 1, 0, 7)[:-1],
+                    "its own rank": struct.pack(sl._FORMAT, sl._MAGIC, sl._ASK, 0, 0, 7)}[forged]
+            s.sendto(data, addresses[0])
+            with pytest.raises(HostsMissing):
+                line.meet(0, 0.3)
+            # The real rank 1's ask, by contrast, does count.
+            s.sendto(struct.pack(sl._FORMAT, sl._MAGIC, sl._ASK, 1, 1, 7), addresses[0])
+            line.meet(1, 5.0)
+    finally:
+        line.close()
+
+
+def test_a_closed_line_frees_its_port_for_the_next_run():
+    addresses = _addresses(2)
+    for token in (1, 2):  # two commands, one after the other, on the same ports
+        lines = [StartLine(i, addresses, token) for i in range(2)]
+        try:
+            threads = [threading.Thread(target=line.meet, args=(0, 5.0)) for line in lines]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(10)
+            assert not any(t.is_alive() for t in threads)
+        finally:
+            for line in lines:
+                line.close()
+        assert not any(line._reader.is_alive() for line in lines)
