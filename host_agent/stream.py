@@ -375,6 +375,8 @@ _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at 
 # time they spend in queues; never less than _GATHER_MIN_S (a shorter sleep overshoots by
 # more than itself: the kernel's timer slack is 50 us).
 _GATHER_IN_FLIGHT, _GATHER_SHARE, _GATHER_DRAIN, _GATHER_MIN_S = 32, 8, 4, 0.0002
+# Results of a call that measure its rate (_probe_period): fewer may have come in one burst.
+_RATE_RESULTS = 16
 # A short call makes the next one eager (every packet asks for CLOSE when first sent) only when
 # at least _EAGER_EVIDENCE of the last _EAGER_HISTORY streaks began with a host late for a call
 # that waited the patience (SlotStreamer.late_starts).
@@ -728,8 +730,8 @@ class SlotStreamer:
                 probes = min(probes + 1, 30)
                 probe_ref = now
         took = self.stats.results - results0
-        if took and self.min_rtt is not None:
-            self.rate = took / max(time.monotonic() - started - self.min_rtt, 1e-6)
+        if took >= _RATE_RESULTS:
+            self.rate = took / max(time.monotonic() - started - (self.min_rtt or 0.0), 1e-6)
         if longest is not None:
             self._learn_wait(longest)
         self._keep_scales(call)
@@ -848,26 +850,30 @@ class SlotStreamer:
 
     def _probe_period(self, call: _Call, results: int, started: float, now: float) -> float:
         """How long silence after a result (or the call's start, before any) may last before
-        it calls for a probe: the time the packets still in flight should take now, not the
-        call's average round trip. Mid-call the average is right (the window keeps the
-        queues full), but at a call's tail the queues have drained: a lost last packet would
-        wait out a timer sized for full queues (43-70 ms on leafspine as shipped, where a
-        packet into empty queues comes back in 0.2-0.3 ms), and a lost probe twice that. At
-        a call's start the reverse: a whole window waits in queues, longer than the last
-        call's tail left the timer (12 ms against 21 ms for the first result, a probe with
-        no loss). By Little's law the packets in flight come back in in_flight / rate seconds
-        beyond the path's own round trip (min_rtt), at the rate of this call's results so
-        far, or before the first, of the last call's: twice that, at least min_rto, and
-        never beyond the measured timer mid-call or under it at the start."""
-        if self.min_rtt is None:
-            return self.rto
-        in_flight = int(np.count_nonzero(call.pending))
-        if results > 0:
-            rate = results / max(now - started - self.min_rtt, 1e-6)
-            return min(self.rto, max(self.cfg.min_rto, 2 * (self.min_rtt + in_flight / rate)))
-        if self.rate is None:
-            return self.rto
-        return min(max(self.rto, 2 * (self.min_rtt + in_flight / self.rate)), self.cfg.max_rto)
+        it calls for a probe: the time the packets still in flight should take now. By
+        Little's law they come back in in_flight / rate seconds beyond the path's own round
+        trip (min_rtt), at the rate of this call's results (once _RATE_RESULTS have come;
+        before, the last call's): twice that, at least min_rto. A round-trip estimate alone
+        is wrong both ways. At a call's tail the queues have drained, and a lost last packet
+        waited out a timer sized for full queues (43-70 ms on leafspine as shipped, where a
+        packet into empty queues comes back in 0.2-0.3 ms), a lost probe twice that. And the
+        gap between results is no round trip: on BMv2's 2 Mbit/s links results come one per
+        5.4 ms, while a first result that htb's burst let through came back in 0.16 ms; a
+        timer from that round trip (5 ms) probed after nearly every result, and each probe's
+        resends slowed the link further (67 s for a 4.8 s call). At a call's start, before
+        its first result, never under the measured timer either: the whole window waits in
+        queues. With no rate known yet (a session's first call), the measured timer, at
+        least the configured initial one."""
+        rate = self.rate
+        if results >= _RATE_RESULTS:
+            rate = results / max(now - started - (self.min_rtt or 0.0), 1e-6)
+        if rate is None:
+            return max(self.rto, self.cfg.rto)
+        in_flight = max(int(np.count_nonzero(call.pending)), 1)
+        period = 2 * ((self.min_rtt or 0.0) + in_flight / rate)
+        if results == 0:
+            period = max(period, self.rto)
+        return min(max(period, self.cfg.min_rto), self.cfg.max_rto)
 
     def _next_seq(self, n: int) -> np.ndarray:
         seq = np.arange(self._seq, self._seq + n, dtype=np.int64)

@@ -221,32 +221,69 @@ class _Silent:
 
 
 def test_the_probe_timer_follows_the_packets_still_in_flight():
-    """Mid-call the window keeps the queues full and silence is measured against the call's
-    round trips (43-70 ms on leafspine); at its tail the queues have drained, and a lost last
-    packet is probed after the round trip of the few packets left, not the full queue's; at
+    """Mid-call the window keeps the queues full; at its tail they have drained, and a lost
+    last packet is probed after the time the few packets left take, not the full queue's; at
     its start a whole window waits in the queues, which no probe may mistake for loss."""
     streamer = SlotStreamer(StreamConfig(job_id=1, contributor=0, window=256, streams=4,
-                                         session=1, min_rto=0.005), _Silent())
+                                         session=1, min_rto=0.005, rto=0.02), _Silent())
     streamer.rto, streamer.min_rtt = 0.060, 0.0003  # as measured on leafspine as shipped
-    started, now = 0.0, 0.120  # 720 results in 0.12 s: 6,000 per second
+    rate = 720 / (0.120 - 0.0003)  # 720 results in the call's first 0.12 s
 
-    def period(in_flight: int) -> float:
+    def period(in_flight: int, results: int = 720) -> float:
         call = SimpleNamespace(pending=np.arange(256) < in_flight)
-        return streamer._probe_period(call, 720, started, now)
+        return streamer._probe_period(call, results, 0.0, 0.120)
 
-    assert period(256) == 0.060  # a full window: the measured timer
+    assert abs(period(256) - 2 * (0.0003 + 256 / rate)) < 1e-9  # 86 ms: the queues' time
     assert period(2) == 0.005  # two left: twice their 0.6 ms, at least min_rto
-    assert 0.005 < period(60) < 0.060  # in between: 2 x (0.3 ms + 60 / 6,000 per s) = 20.6 ms
-    assert abs(period(60) - 2 * (0.0003 + 60 / (720 / (0.120 - 0.0003)))) < 1e-9
+    # A call's start: before its first result the last call's rate, and never under the
+    # measured timer; so with fewer results than measure a rate.
+    streamer.rate = 6000.0
+    assert abs(period(256, 0) - 2 * (0.0003 + 256 / 6000)) < 1e-9
+    assert abs(period(256, 5) - 2 * (0.0003 + 256 / 6000)) < 1e-9
+    streamer.rto = 0.200
+    assert period(256, 0) == 0.200
+    # A session's first call knows no rate: the measured timer, at least the configured one.
+    streamer.rate, streamer.rto = None, 0.005
+    assert period(256, 5) == 0.02
 
-    # A call's start: its whole window waits in queues, longer than the timer the last
-    # call's tail left (12 ms), at the last call's rate of results.
-    streamer.rto, streamer.rate = 0.012, 6000.0
-    first = streamer._probe_period(SimpleNamespace(pending=np.ones(256, bool)), 0, 0.0, 0.0)
-    assert abs(first - 2 * (0.0003 + 256 / 6000)) < 1e-9  # 86 ms, not 12
-    streamer.rate = None  # no call before: the measured timer
-    assert streamer._probe_period(SimpleNamespace(pending=np.ones(256, bool)), 0, 0.0,
-                                  0.0) == 0.012
-    # Before any round trip was measured there is nothing to scale: the configured timer.
-    streamer.rto, streamer.min_rtt = 0.060, None
-    assert period(2) == 0.060
+
+class _PacedLink:
+    """A host's transport whose results come at most one per `gap` seconds after the first
+    `burst`, as over a slow link shaped by a token bucket (htb's burst lets the first few
+    through at once): the first round trips are far shorter than the gap between results."""
+
+    def __init__(self, inner, gap: float, burst: int):
+        self.inner, self.gap, self.burst = inner, gap, burst
+        self.held: list[bytes] = []
+        self.next_at = 0.0
+
+    def send(self, payload: bytes) -> None:
+        self.inner.send(payload)
+
+    def recv(self, timeout: float) -> list[bytes]:
+        end = time.monotonic() + timeout
+        while True:
+            self.held += self.inner.recv(0)
+            now = time.monotonic()
+            if self.held and (self.burst > 0 or now >= self.next_at):
+                self.burst = max(self.burst - 1, 0)
+                self.next_at = now + self.gap
+                return [self.held.pop(0)]
+            if now >= end:
+                return []
+            time.sleep(min(0.0005, max(end - now, 0)))
+
+
+def test_results_slower_than_the_first_round_trip_cause_no_probes():
+    """Results one per 6 ms after a burst of four that came back in well under a millisecond
+    (BMv2's 2 Mbit/s links): a timer from those round trips (min_rto, 5 ms) would probe after
+    nearly every result, and each probe's resends slow a slow link further. Nothing is lost,
+    so nothing may be resent."""
+    tensors = random_tensors(2, 48 * P.K, seed=15)
+    switch = LoopbackSwitch(2)
+    results, streamers = run_hosts(
+        switch, tensors, calls=2, min_rto=0.005,
+        wrap=lambda port, t: _PacedLink(t, gap=0.006, burst=4))
+    check(results, tensors)
+    assert [s.stats.retransmissions for s in streamers] == [0, 0], [s.stats for s in streamers]
+    assert all(s.min_rtt < 0.005 for s in streamers)  # the burst's round trips were that short
