@@ -241,7 +241,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                      "device": str(device), "times": times, "max_error": max(errors),
                      # perf_counter at each timed call's start and end: Mininet's hosts
                      # share the clock, so a benchmark can see how together they started
-                     "spans": spans,
+                     "spans": spans, "start_line_sent": line.sent,
                      "call_errors": errors, "tolerance": float(np.max(tol)),
                      "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
                      "contributors": count, **_stream_counts(stats), **_pools(passing),
