@@ -11,8 +11,10 @@ fabric, asking for an answer only of the ranks it has not heard from yet; it ask
 5 ms, then at doubling intervals, while some rank is missing, and a thread answers a rank that
 asks, even after this one has left: a lost datagram costs milliseconds, not a TCP timeout.
 
-    line = StartLine(my_rank, addresses, token)   # addresses: (ip, port) of every rank
-    line.meet(call, timeout)                      # returns when every rank has reached `call`
+    line = StartLine((my_ip, 0))                   # listens on a port of its own
+    # ... every rank's line.address exchanged (the worker does it over its process groups)
+    line.connect(my_rank, addresses, token)        # addresses: (ip, port) of every rank
+    line.meet(call, timeout)                       # returns when every rank has reached `call`
     line.close()
 
 Datagrams carry the run's token: a late one from an earlier run, or one from anyone else, is
@@ -41,16 +43,23 @@ _RESEND_MOST_S = 0.040
 
 
 class StartLine:
-    """One rank's end of the start line among `len(addresses)` ranks; `addresses[rank]` is
-    where rank `rank` listens (this one binds its own)."""
+    """One rank's end of the start line. It listens on `bind` ((ip, 0): a port the kernel
+    picks, so that two jobs on one host never ask for the same one) from the start and
+    ignores every datagram until `connect` tells it the run's ranks and token."""
 
-    def __init__(self, rank: int, addresses: list[tuple[str, int]], token: int,
-                 names: list[str] | None = None):
-        """`names`: what an error calls each rank (default "rank N")."""
-        if not 0 <= rank < len(addresses):
-            raise ValueError(f"rank {rank} of {len(addresses)} ranks")
-        self.names = names or [f"rank {r}" for r in range(len(addresses))]
-        self.rank, self.addresses, self.token = rank, list(addresses), token & (2**64 - 1)
+    def __init__(self, bind: tuple[str, int]):
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._sock.bind(bind)
+        except OSError as e:
+            self._sock.close()
+            raise OSError(f"start line: cannot listen on {bind[0]}:{bind[1]} ({e.strerror})"
+                          ) from None
+        self.address: tuple[str, int] = self._sock.getsockname()
+        self.rank = -1
+        self.addresses: list[tuple[str, int]] = []
+        self.names: list[str] = []
+        self.token: int | None = None  # None: not connected, every datagram ignored
         self._lock = threading.Condition()
         # Per call, the ranks heard from (this one's own arrival included).
         self._heard: dict[int, set[int]] = {}
@@ -58,19 +67,28 @@ class StartLine:
         self._answered: dict[tuple[int, int], float] = {}  # (rank, call): when last answered
         self._closed = False
         self.sent = 0  # datagrams this rank sent (they cross the links the calls use)
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            self._sock.bind(addresses[rank])
-        except OSError as e:
-            self._sock.close()
-            raise OSError(f"start line: cannot listen on {addresses[rank][0]}:"
-                          f"{addresses[rank][1]} ({e.strerror})") from None
         self._reader = threading.Thread(target=self._read, name="start-line", daemon=True)
         self._reader.start()
+
+    def connect(self, rank: int, addresses: list[tuple[str, int]], token: int,
+                names: list[str] | None = None) -> None:
+        """This line is rank `rank` of `addresses` (every rank's `address`, this one's at
+        `rank`); `token` is the run's, the same on every rank; `names`: what an error calls
+        each rank (default "rank N"). A rank that meets before another has connected costs it
+        nothing: what that one ignored, it asks for again when it meets."""
+        if not 0 <= rank < len(addresses) or tuple(addresses[rank]) != tuple(self.address):
+            raise ValueError(f"rank {rank} of {len(addresses)} ranks: not this line's "
+                             f"address {self.address}")
+        with self._lock:
+            self.rank, self.addresses = rank, [tuple(a) for a in addresses]
+            self.names = names or [f"rank {r}" for r in range(len(addresses))]
+            self.token = token & (2**64 - 1)
 
     def meet(self, call: int, timeout: float) -> None:
         """Return once every rank has come to `call` (calls count up from 0, the same on every
         rank); HostsMissing after `timeout` seconds without them."""
+        if self.token is None:
+            raise RuntimeError("start line: meet before connect")
         with self._lock:
             self._reached = max(self._reached, call)
             heard = self._heard.setdefault(call, set())
@@ -147,12 +165,12 @@ class StartLine:
             if len(data) != _SIZE:
                 continue
             magic, kind, sender, call, token = struct.unpack(_FORMAT, data)
-            if magic != _MAGIC or kind not in (_ASK, _ACK) or token != self.token \
-                    or not 0 <= sender < len(self.addresses) or sender == self.rank:
-                continue
             with self._lock:
                 if self._closed:
                     return
+                if magic != _MAGIC or kind not in (_ASK, _ACK) or token != self.token \
+                        or not 0 <= sender < len(self.addresses) or sender == self.rank:
+                    continue
                 # A rank asks until it has heard from this one: answer for any call this one
                 # has come to (it may have left it already). Never an answer: two ranks
                 # would answer each other for ever.

@@ -10,6 +10,7 @@ taken for the next one's.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -169,7 +170,19 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                                                   **stream)
             closers.append(passing.close)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
-            token = session
+            # The start line's addresses: the host's ranks' to their leader, the leaders'
+            # through their session store, all of them back to every rank.
+            line = StartLine((params.host(host).host_ip, 0))
+            closers.append(line.close)
+            here: list = [None] * world
+            dist.all_gather_object(here, list(line.address))
+            every = [None]
+            if rank == 0:
+                store.set(f"start-line/{host_index}", json.dumps(here))
+                every[0] = [a for h in range(len(hosts))
+                            for a in json.loads(store.get(f"start-line/{h}"))]
+            dist.broadcast_object_list(every, 0)
+            addresses, token = every[0], session
         else:
             # The baselines need every rank of every host in one group, met at the first host
             # (ina for its session and the start line's token).
@@ -189,19 +202,17 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             else:
                 allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
                 stats = None
-            # The run's token for the start line: rank 0's, over the group (once, by TCP).
-            token_t = torch.tensor([int.from_bytes(os.urandom(7), "big")], dtype=torch.int64)
-            dist.broadcast(token_t, 0)
-            token = int(token_t[0])
-        # Before each call every rank of every host meets at the start line (one UDP
-        # datagram each way, resent in milliseconds; see bench.agent.start_line).
-        where = [(h, r) for h in range(len(hosts)) for r in ranks.host_ranks(h)]
-        line = StartLine(ranks.rank,
-                         [(params.host(hosts[h]).host_ip, args["rendezvous_port"] + r)
-                          for h, r in where], token,
-                         names=[f"{hosts[h]} rank {r - ranks.host_ranks(h)[0]}"
-                                for h, r in where])
-        closers.append(line.close)
+            # The start line's addresses and the run's token (rank 0's), over the group.
+            line = StartLine((params.host(host).host_ip, 0))
+            closers.append(line.close)
+            every = [None] * sum(ranks.local_size)
+            dist.all_gather_object(every, (list(line.address), os.urandom(8).hex()))
+            addresses, token = [a for a, _ in every], int(every[0][1], 16)
+        # Before each call every rank of every host meets at the start line (UDP datagrams
+        # resent in milliseconds; see bench.agent.start_line).
+        line.connect(ranks.rank, [tuple(a) for a in addresses], token,
+                     names=[f"{hosts[h]} rank {r - ranks.host_ranks(h)[0]}"
+                            for h in range(len(hosts)) for r in ranks.host_ranks(h)])
         if args["train_steps"]:
             check.forget()
             out.put(_train(allreduce, ranks, args, stats))
