@@ -375,7 +375,7 @@ _DRAIN_POLL = 0.005  # seconds the reader between calls waits for a datagram at 
 # time they spend in queues; never less than _GATHER_MIN_S (a shorter sleep overshoots by
 # more than itself: the kernel's timer slack is 50 us).
 _GATHER_IN_FLIGHT, _GATHER_SHARE, _GATHER_DRAIN, _GATHER_MIN_S = 32, 8, 4, 0.0002
-# Results of a call that measure its rate (_probe_period): fewer may have come in one burst.
+# Results after a call's first that measure its pace (_pace): fewer may have come in one burst.
 _RATE_RESULTS = 16
 # A short call makes the next one eager (every packet asks for CLOSE when first sent) only when
 # at least _EAGER_EVIDENCE of the last _EAGER_HISTORY streaks began with a host late for a call
@@ -686,8 +686,11 @@ class SlotStreamer:
         probes = taken = 0
         results0 = self.stats.results
         longest: float | None = None  # the call's longest silence that every host made
-        # The probe timer's period, set anew at each result.
-        period = self._probe_period(call, 0, started, started)
+        # The probe timer's period, set anew at each result, from the pace of results since
+        # the call's first (first_at, after first_n of them).
+        period = self._probe_period(call, None, answered=False)
+        first_at: float | None = None
+        first_n = 0
         while call.pending.any():
             wake = self._probe_due(probe_ref, probes, period)
             if patience is not None:
@@ -718,7 +721,11 @@ class SlotStreamer:
                 if more.size:
                     self._launch(call, more)
                 self._resend_overtaken(call, mark, now)
-                period = self._probe_period(call, self.stats.results - results0, started, now)
+                got = self.stats.results - results0
+                if first_at is None:
+                    first_at, first_n = now, got
+                period = self._probe_period(call, self._pace(got - first_n, now - first_at),
+                                            answered=True)
             if not call.pending.any():
                 break
             if patience is not None and now - last_progress >= patience:
@@ -729,9 +736,11 @@ class SlotStreamer:
                 self._probe(call, now)
                 probes = min(probes + 1, 30)
                 probe_ref = now
-        took = self.stats.results - results0
-        if took >= _RATE_RESULTS:
-            self.rate = took / max(time.monotonic() - started - (self.min_rtt or 0.0), 1e-6)
+        if first_at is not None:
+            pace = self._pace(self.stats.results - results0 - first_n,
+                              time.monotonic() - first_at)
+            if pace is not None:
+                self.rate = pace
         if longest is not None:
             self._learn_wait(longest)
         self._keep_scales(call)
@@ -848,30 +857,38 @@ class SlotStreamer:
         """When silence since `since` calls for a probe: `period`, doubled per probe sent."""
         return since + min(period * (1 << probes), self.cfg.max_rto)
 
-    def _probe_period(self, call: _Call, results: int, started: float, now: float) -> float:
-        """How long silence after a result (or the call's start, before any) may last before
-        it calls for a probe: the time the packets still in flight should take now. By
-        Little's law they come back in in_flight / rate seconds beyond the path's own round
-        trip (min_rtt), at the rate of this call's results (once _RATE_RESULTS have come;
-        before, the last call's): twice that, at least min_rto. A round-trip estimate alone
-        is wrong both ways. At a call's tail the queues have drained, and a lost last packet
-        waited out a timer sized for full queues (43-70 ms on leafspine as shipped, where a
-        packet into empty queues comes back in 0.2-0.3 ms), a lost probe twice that. And the
-        gap between results is no round trip: on BMv2's 2 Mbit/s links results come one per
-        5.4 ms, while a first result that htb's burst let through came back in 0.16 ms; a
-        timer from that round trip (5 ms) probed after nearly every result, and each probe's
-        resends slowed the link further (67 s for a 4.8 s call). At a call's start, before
-        its first result, never under the measured timer either: the whole window waits in
-        queues. With no rate known yet (a session's first call), the measured timer, at
-        least the configured initial one."""
-        rate = self.rate
-        if results >= _RATE_RESULTS:
-            rate = results / max(now - started - (self.min_rtt or 0.0), 1e-6)
+    def _pace(self, results: int, span: float) -> float | None:
+        """Results per second, from `results` that came within `span` seconds after a call's
+        first; None when too few to tell a pace from a burst: fewer than _RATE_RESULTS, or
+        within min_rto (or two round trips)."""
+        if results < _RATE_RESULTS or span < max(self.cfg.min_rto, 2 * (self.min_rtt or 0.0)):
+            return None
+        return results / span
+
+    def _probe_period(self, call: _Call, pace: float | None, answered: bool) -> float:
+        """How long silence after a result (or the call's start, before any: not `answered`)
+        may last before it calls for a probe: the time the packets still in flight should
+        take now. By Little's law they come back in in_flight / rate seconds beyond the
+        path's own round trip (min_rtt), at this call's `pace` of results (since its first;
+        _pace) or, before it can be told, the last call's: twice that, at least min_rto.
+        A round-trip estimate alone is wrong both ways. At a call's tail the queues have
+        drained, and a lost last packet waited out a timer sized for full queues (43-70 ms
+        on leafspine as shipped, where a packet into empty queues comes back in 0.2-0.3
+        ms), a lost probe twice that. And the gap between results is no round trip: on
+        BMv2's 2 Mbit/s links results come one per 5.4 ms, while a first result that htb's
+        burst let through came back in 0.16 ms; a timer from that round trip (5 ms) probed
+        after nearly every result, and each probe's resends slowed the link further (67 s
+        for a 4.8 s call). The pace is counted from the call's first result, not its start:
+        a wait for a late host before it is no slowness (counted, it stretched the period to
+        max_rto in the calls after). Before a call's first result, never under the measured
+        timer either: the whole window waits in queues. With no rate known yet (a session's
+        first call), the measured timer, at least the configured initial one."""
+        rate = pace if pace is not None else self.rate
         if rate is None:
             return max(self.rto, self.cfg.rto)
         in_flight = max(int(np.count_nonzero(call.pending)), 1)
         period = 2 * ((self.min_rtt or 0.0) + in_flight / rate)
-        if results == 0:
+        if not answered:
             period = max(period, self.rto)
         return min(max(period, self.cfg.min_rto), self.cfg.max_rto)
 

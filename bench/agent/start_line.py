@@ -117,10 +117,11 @@ class StartLine:
                         " their agents stopped or were restarted (a restarted agent cannot "
                         "rejoin a running job's session); start every host's agent again")
                 self._lock.wait(min(resend, deadline - now))
-                if self._missing(call):
+                missing = self._missing(call)
+                if missing:
                     self._lock.release()
                     try:
-                        self._tell(_ASK, call, self._missing(call))
+                        self._tell(_ASK, call, missing)
                     finally:
                         self._lock.acquire()
                     resend = min(resend * 2, _RESEND_MOST_S)
@@ -149,12 +150,15 @@ class StartLine:
 
     def _tell(self, kind: int, call: int, ranks) -> None:
         data = struct.pack(_FORMAT, _MAGIC, kind, self.rank, call, self.token)
+        sent = 0
         for r in ranks:
             try:
                 self._sock.sendto(data, self.addresses[r])
-                self.sent += 1
+                sent += 1
             except OSError:
                 pass  # (an unreachable peer is the timeout's to report)
+        with self._lock:  # (the reader thread sends too)
+            self.sent += sent
 
     def _read(self) -> None:
         while True:

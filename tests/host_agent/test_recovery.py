@@ -227,24 +227,42 @@ def test_the_probe_timer_follows_the_packets_still_in_flight():
     streamer = SlotStreamer(StreamConfig(job_id=1, contributor=0, window=256, streams=4,
                                          session=1, min_rto=0.005, rto=0.02), _Silent())
     streamer.rto, streamer.min_rtt = 0.060, 0.0003  # as measured on leafspine as shipped
-    rate = 720 / (0.120 - 0.0003)  # 720 results in the call's first 0.12 s
+    pace = 6000.0  # results per second
 
-    def period(in_flight: int, results: int = 720) -> float:
+    def period(in_flight: int, pace=pace, answered: bool = True) -> float:
         call = SimpleNamespace(pending=np.arange(256) < in_flight)
-        return streamer._probe_period(call, results, 0.0, 0.120)
+        return streamer._probe_period(call, pace, answered)
 
-    assert abs(period(256) - 2 * (0.0003 + 256 / rate)) < 1e-9  # 86 ms: the queues' time
+    assert abs(period(256) - 2 * (0.0003 + 256 / pace)) < 1e-9  # 86 ms: the queues' time
     assert period(2) == 0.005  # two left: twice their 0.6 ms, at least min_rto
-    # A call's start: before its first result the last call's rate, and never under the
-    # measured timer; so with fewer results than measure a rate.
+    # A call's start: before its first result, or before its pace can be told, the last
+    # call's rate; before the first result never under the measured timer.
     streamer.rate = 6000.0
-    assert abs(period(256, 0) - 2 * (0.0003 + 256 / 6000)) < 1e-9
-    assert abs(period(256, 5) - 2 * (0.0003 + 256 / 6000)) < 1e-9
+    assert abs(period(256, None, answered=False) - 2 * (0.0003 + 256 / 6000)) < 1e-9
+    assert abs(period(256, None) - 2 * (0.0003 + 256 / 6000)) < 1e-9
     streamer.rto = 0.200
-    assert period(256, 0) == 0.200
+    assert period(256, None, answered=False) == 0.200
     # A session's first call knows no rate: the measured timer, at least the configured one.
     streamer.rate, streamer.rto = None, 0.005
-    assert period(256, 5) == 0.02
+    assert period(256, None) == 0.02
+
+
+def test_a_pace_is_told_from_the_first_result_on_and_not_from_a_burst():
+    """The pace of results counts from a call's first: a host that waited a second for a late
+    one at the call's start is not slow (counted from the start, that second stretched the
+    probe period to max_rto, and a lost tail waited it out). Sixteen results in one burst
+    are no pace either (counted, the period fell to min_rto with results 5 ms apart)."""
+    streamer = SlotStreamer(StreamConfig(job_id=1, contributor=0, window=64, streams=4,
+                                         session=1, min_rto=0.005), _Silent())
+    streamer.min_rtt = 0.0003
+    # 100 results in the 10 ms after the first (which came after a 1 s wait): 10,000/s.
+    assert streamer._pace(100, 0.010) == 10_000
+    call = SimpleNamespace(pending=np.arange(64) < 8)
+    assert streamer._probe_period(call, streamer._pace(100, 0.010), True) == 0.005
+    assert streamer._pace(15, 0.010) is None  # too few
+    assert streamer._pace(16, 0.00004) is None  # one burst: 40 us
+    assert streamer._pace(16, 0.004) is None  # within min_rto
+    assert streamer._pace(16, 0.006) == 16 / 0.006
 
 
 class _PacedLink:
