@@ -429,7 +429,7 @@ class SlotStreamer:
         # The least round trip of a result taken without a pause before it (_gather): the
         # path's own, without queues.
         self.min_rtt: float | None = None
-        # Results per second of the last call (beyond min_rtt): how fast a new call's first
+        # The last call's pace of results per second (_pace): how fast a new call's first
         # window should come back (_probe_period).
         self.rate: float | None = None
         self._paused = False  # the last receive followed a pause (its samples are late)

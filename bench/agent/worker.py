@@ -144,6 +144,11 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             # they oversubscribe the CPUs and every collective waits on a descheduled rank.
             torch.set_num_threads(1)
         passing = None
+        # Before each call every rank of every host meets at the start line (UDP datagrams
+        # resent in milliseconds; see bench.agent.start_line): its address now, its peers' once
+        # the groups below can exchange them.
+        line = StartLine((params.host(host).host_ip, 0))
+        closers.append(line.close)
         if args["strategy"] == "passing":
             # Only the local ranks form a process group: between hosts there is the switch.
             dist.init_process_group("nccl" if cuda else "gloo",
@@ -172,8 +177,6 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
             # The start line's addresses: the host's ranks' to their leader, the leaders'
             # through their session store, all of them back to every rank.
-            line = StartLine((params.host(host).host_ip, 0))
-            closers.append(line.close)
             here: list = [None] * world
             dist.all_gather_object(here, list(line.address))
             every = [None]
@@ -203,13 +206,9 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                 allreduce = strategies.build(args["strategy"], ranks, params, host, **stream)
                 stats = None
             # The start line's addresses and the run's token (rank 0's), over the group.
-            line = StartLine((params.host(host).host_ip, 0))
-            closers.append(line.close)
             every = [None] * sum(ranks.local_size)
             dist.all_gather_object(every, (list(line.address), os.urandom(8).hex()))
             addresses, token = [a for a, _ in every], int(every[0][1], 16)
-        # Before each call every rank of every host meets at the start line (UDP datagrams
-        # resent in milliseconds; see bench.agent.start_line).
         line.connect(ranks.rank, [tuple(a) for a in addresses], token,
                      names=[f"{hosts[h]} rank {r - ranks.host_ranks(h)[0]}"
                             for h in range(len(hosts)) for r in ranks.host_ranks(h)])
