@@ -5,7 +5,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-other-k test-python-pipeline lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -58,6 +58,11 @@ test-other-k:
 # switch-level suite on the Python pipeline alone as well.
 test-python-pipeline:
 	PASSING_MODEL_PIPELINE=python $(PY) -m pytest tests/conformance -k "not bmv2"
+
+# The host agent's window is compiled too (host_agent/window.c), held to the numpy window batch
+# for batch by tests/host_agent/test_window_c.py; this runs the agent's tests on numpy alone.
+test-numpy-window:
+	PASSING_AGENT_WINDOW=python $(PY) -m pytest tests/host_agent
 
 lint:
 	$(PY) -m ruff check .

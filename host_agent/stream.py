@@ -43,6 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from host_agent import fixed_point as fx
+from host_agent import window_c
 from host_agent.scratch import Scratch
 from passing import packet
 from passing import protocol as P
@@ -207,6 +208,8 @@ class _Call:
         # Each slot's packet as sent (kept for a resend): the fields no packet of the call
         # changes are filled in once (SlotStreamer._header), the rest per send (_send).
         self.payloads = np.zeros(used, dtype=packet.PAYLOAD_DTYPE)
+        # The compiled window's context for this call (host_agent.window_c), or None: numpy.
+        self.ctx: np.ndarray | None = None
 
     def fragments(self, slots: np.ndarray) -> np.ndarray:
         """The fragment each of `slots` is at (for an exponent packet, the one it announces)."""
@@ -482,6 +485,8 @@ class SlotStreamer:
         self._header = self._fixed_header(cfg)
         if cfg.patience is not None:
             self._start_reading()
+        # The compiled window (host_agent.window_c), or None: numpy for every call.
+        self._compiled = window_c.load()
         self._counts = np.zeros(0, dtype=np.int64)  # GPUs in each fragment of the last sum
         self._counts_n = 0  # ... of its values
         self._last_counts: np.ndarray | None = None
@@ -677,6 +682,11 @@ class SlotStreamer:
         patience = None if forced else self.patience_now()
         call.quorum = patience is not None
         call.eager = call.quorum and self.eager
+        # The compiled window copies the call's fields (quorum, eager) into its context: made
+        # once they are final. Adaptive patience measures waits before absorbing
+        # (_longest_wait): numpy then.
+        if self._compiled is not None and self.cfg.patience_min is None:
+            call.ctx = self._compiled.context(call, self)
         self._launch(call, np.arange(call.used, dtype=np.int64))
         # Loss recovery (docs/protocol.md, "Loss recovery"): `mark` is the newest first
         # transmission known to have been summed by every host; a packet last sent before it
@@ -701,23 +711,22 @@ class SlotStreamer:
             if taken:
                 self._gather(call, taken, self.stats.results - results0, started, wake)
             rows, other = self._receive(max(wake - time.monotonic(), 0.0))
-            slots, frags, recs, newest = self._collect(rows, other, call)
+            if call.ctx is not None:
+                slots, newest, more = self._take(rows, other, call)
+            else:
+                slots, newest, more, wait = self._take_numpy(
+                    rows, other, call, None if self.cfg.patience_min is None else
+                    (forced, last_progress))
+                if wait is not None:
+                    longest = wait if longest is None else max(longest, wait)
             taken = slots.size
             now = time.monotonic()
             if slots.size:
                 self.stats.passes += 1
-                call.close_next[slots] = call.waited[slots] & (
-                    recs["num_contrib"].astype(np.int64) < self.cfg.complete)
-                if self.cfg.patience_min is not None:
-                    wait = self._longest_wait(call, slots, recs, now, forced, last_progress)
-                    if wait is not None:
-                        longest = wait if longest is None else max(longest, wait)
                 last_progress = probe_ref = now
                 probes = 0
                 call.rotation = -1
                 mark = max(mark, newest)
-                self.rounds[slots] += np.uint32(1)  # wraps at 2**32, as the switch reads it
-                more = call.absorb(slots, frags, recs)
                 if more.size:
                     self._launch(call, more)
                 self._resend_overtaken(call, mark, now)
@@ -924,6 +933,15 @@ class SlotStreamer:
     def _send(self, call: _Call, slots: np.ndarray) -> None:
         """Build the next packet of each of `slots` in one vectorized batch and send them."""
         if not slots.size:
+            return
+        if call.ctx is not None:
+            abstained, closes = self._compiled.send(call.ctx, slots, self._seq)
+            self._seq += slots.size
+            self.stats.abstained += abstained
+            self.stats.closes += closes
+            self._transmit(packet.payload_rows(call.payloads[slots]))
+            call.sent[slots] = call.first_sent[slots] = time.monotonic()
+            self.stats.packets += slots.size
             return
         cfg = self.cfg
         frag = call.fragments(slots)
@@ -1137,22 +1155,73 @@ class SlotStreamer:
                 & (recs["session"] == self.cfg.session) & (slot < self.cfg.window))
 
     def _keep_early(self, recs: np.ndarray, slot: np.ndarray, unmatched: np.ndarray,
-                    call: _Call | None) -> int:
+                    call: _Call | None, taken: np.ndarray | None = None) -> int:
         """Keep the results of rounds this host has not sent yet (see `early`), of this call
         (None: between calls) or a later one, among those `unmatched` marks (_ours, less
-        those the call took); how many were kept."""
+        those the call took); how many were kept. `taken`: slots whose results of the same
+        batch the compiled window has already taken (_take), judged as before."""
         rest = np.flatnonzero(unmatched)
         if not rest.size or len(self.early) >= _EARLY_MAX:
             return 0
         s = slot[rest]
         pending = np.zeros(self.cfg.window, dtype=bool)
+        rounds = self.rounds
         if call is not None:
             pending[:call.used] = call.pending
-        ahead = (recs["round"][rest].astype(np.uint32) - self.rounds[s]).astype(np.uint32)
+        if taken is not None and taken.size:
+            pending[taken] = True
+            rounds = rounds.copy()
+            rounds[taken] -= np.uint32(1)
+        ahead = (recs["round"][rest].astype(np.uint32) - rounds[s]).astype(np.uint32)
         rest = rest[(ahead < 1 << 31) & ((ahead > 0) | ~pending[s])]
         for i in rest.tolist():
             self.early[int(slot[i]), int(recs["round"][i])] = recs[i].copy()
         return rest.size
+
+    def _take_numpy(self, rows: np.ndarray, other: int, call: _Call,
+                    measure: tuple[bool, float] | None = None
+                    ) -> tuple[np.ndarray, int, np.ndarray, float | None]:
+        """The awaited results among `rows` taken: matched (_collect), each slot's next
+        packet told whether to ask for CLOSE, its round counted, and absorbed into the call.
+        (slots taken, in order of arrival; newest, as _collect's; the slots with another packet
+        to send; the longest wait among them, if `measure` is (forced, last progress):
+        _longest_wait, before absorbing.)"""
+        slots, frags, recs, newest = self._collect(rows, other, call)
+        if not slots.size:
+            return slots, newest, slots, None
+        call.close_next[slots] = call.waited[slots] & (
+            recs["num_contrib"].astype(np.int64) < self.cfg.complete)
+        wait = None if measure is None else self._longest_wait(
+            call, slots, recs, time.monotonic(), *measure)
+        self.rounds[slots] += np.uint32(1)  # wraps at 2**32, as the switch reads it
+        return slots, newest, call.absorb(slots, frags, recs), wait
+
+    def _take(self, rows: np.ndarray, other: int, call: _Call
+              ) -> tuple[np.ndarray, int, np.ndarray]:
+        """_take_numpy in one compiled batch (host_agent.window_c), for a call with a
+        context; the same results, state and statistics."""
+        self.stats.ignored += other
+        if not len(rows):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, -1, empty
+        t = self._compiled.take(call.ctx, rows, time.monotonic())
+        stashed = 0
+        unmatched = t.unmatched
+        if unmatched.any():
+            recs, slot = _records(rows)
+            stashed = self._keep_early(recs, slot, unmatched, call, taken=t.slots)
+        self.stats.ignored += len(rows) - t.slots.size - stashed
+        if not t.slots.size:
+            return t.slots, -1, t.more
+        call.missed += t.missed
+        if t.rtt_median is not None:
+            self._sample_rtt(t.rtt_median)
+            if not self._paused:  # (after a pause a result may have waited up to its length)
+                self.min_rtt = t.rtt_min if self.min_rtt is None else min(self.min_rtt,
+                                                                           t.rtt_min)
+        self._paused = False
+        self.stats.results += t.slots.size
+        return t.slots, t.newest, t.more
 
     def _collect(self, rows: np.ndarray, other: int, call: _Call
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

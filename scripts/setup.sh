@@ -35,4 +35,6 @@ echo "setup: torch $(.venv/bin/python -c 'import torch; print(torch.__version__)
 # The model switch's compiled PASSING path (switch_model/fastpath.c), built now so that no switch
 # pays for it at start; a switch rebuilds it itself after an edit or for another PASSING_K.
 .venv/bin/python -m switch_model.fastpath
+# The host agent's compiled window (host_agent/window.c), likewise.
+.venv/bin/python -m host_agent.window_c
 echo "setup: done. Run the tests with: make test"

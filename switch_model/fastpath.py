@@ -2,10 +2,9 @@
 Pipeline's registers, counters and tables; the switch's port loop runs in it a receive batch at
 a time (receive, the PASSING path, send).
 
-The C file is compiled with the constants of passing.protocol (K among them) into
-build/fastpath/<hash>.so (~/.cache/passing/fastpath outside a checkout), the hash covering the
-source, the constants and the compiler, so an edited source or another PASSING_K never runs a
-stale library. Where no C compiler is found the switch keeps the Python pipeline for every
+The C file is compiled with the constants of passing.protocol (K among them) by passing.cbuild
+(build/fastpath/ of a checkout), so an edited source or another PASSING_K never runs a stale
+library. Where no C compiler is found the switch keeps the Python pipeline for every
 frame (`load()` returns None and says why).
 
 Only the parser's PASSING path is compiled: any other frame (and a tagged one) comes back to
@@ -15,28 +14,20 @@ the caller for Pipeline.process, so the two paths interleave frame by frame on t
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from passing import cbuild
 from passing import protocol as P
 from passing.protocol import Flag, GlobalDrop, JobDrop, JobEvent
 
 log = logging.getLogger("switch_model.fastpath")
 
 SOURCE = Path(__file__).with_name("fastpath.c")
-_CHECKOUT = Path(__file__).resolve().parent.parent
-# build/ of a checkout (an editable install); an installed package builds into the user's cache.
-BUILD_DIR = _CHECKOUT / "build" / "fastpath" if (_CHECKOUT / "pyproject.toml").exists() else \
-    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "passing" / "fastpath"
 # Environment variable: "python" makes the Python pipeline the switch model's default for every
 # frame (switch_model/cli.py's --pipeline).
 PATH_ENV = "PASSING_MODEL_PIPELINE"
@@ -76,35 +67,9 @@ def _defines() -> dict[str, int]:
     return d
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-
-
 def build() -> Path:
     """The compiled library for this source and these constants, built if not yet there."""
-    cc = _compiler()
-    if cc is None:
-        raise OSError("no C compiler (cc or gcc) on PATH; install gcc (scripts/setup.sh does)")
-    flags = ["-O2", "-std=c11", "-shared", "-fPIC", "-Wall"] + \
-        [f"-D{k}={v}" for k, v in sorted(_defines().items())]
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([cc] + flags).encode()).hexdigest()[:16]
-    lib = BUILD_DIR / f"fastpath-{key}.so"
-    if lib.exists():
-        return lib
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    # Several switch processes may start at once: each builds its own file, then renames it.
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=BUILD_DIR)
-    os.close(fd)
-    try:
-        res = subprocess.run([cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
-                             text=True)
-        if res.returncode:
-            raise OSError(f"compiling {SOURCE.name} failed:\n{res.stderr.strip()}")
-        os.replace(tmp, lib)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return lib
+    return cbuild.build(SOURCE, "fastpath", _defines())
 
 
 def _open(lib: Path) -> ctypes.CDLL:

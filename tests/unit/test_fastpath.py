@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from controller import installer
+from passing import cbuild
 from passing import protocol as P
 from passing.p4info import load_p4info
 from switch_model import fastpath
@@ -184,7 +185,7 @@ def test_a_wrong_sum_in_the_compiled_path_is_caught_by_the_comparison(monkeypatc
 
 def test_without_a_compiler_the_switch_keeps_the_python_pipeline(monkeypatch, tmp_path):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setattr(fastpath, "BUILD_DIR", tmp_path)
+    monkeypatch.setattr(cbuild, "build_dir", lambda name: tmp_path)
     pipe = Pipeline.from_p4info(load_p4info())
     assert not pipe.use_compiled()
     frame = contribution(DEV, 1, np.zeros(P.K, dtype=np.int64), job_id=1)
@@ -196,9 +197,9 @@ def test_without_a_compiler_the_switch_keeps_the_python_pipeline(monkeypatch, tm
 def test_every_k_builds(k, monkeypatch, tmp_path):
     """The library is built per K (the constants are compiled in): another K is another file,
     never a stale library."""
-    monkeypatch.setattr(fastpath, "BUILD_DIR", tmp_path)
+    monkeypatch.setattr(cbuild, "build_dir", lambda name: tmp_path / name)
     monkeypatch.setattr(fastpath.P, "K", k)
     lib = fastpath.build()
-    assert lib.exists() and lib.parent == tmp_path
+    assert lib.exists() and lib.parent == tmp_path / "fastpath"
     monkeypatch.setattr(fastpath.P, "K", k + 64)
     assert fastpath.build() != lib
