@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from host_agent import local_stage
 from host_agent.fixed_point import NonFiniteError
 from host_agent.pool_move import Policy, PooledStreamer
 from host_agent.scratch import Scratch
@@ -40,6 +41,9 @@ _MESSAGES = {_NONFINITE: "NaN or Inf in the gradients", _TIMEOUT: "the switch di
 # The status code, whether the next calls may close rounds without everyone (a live policy
 # change reaches the other local ranks so), then the leader's message (utf-8, cut to fit).
 _STATUS_BYTES = 512
+# PassingAllreduce objects made in this process per (session, job, host): the local ranks make
+# theirs in the same order, so the n-th one's shared memory has the same name on each.
+_STAGES_MADE: dict[tuple[int, int, str], int] = {}
 NONFINITE_POLICIES = ("raise", "propagate")
 
 
@@ -118,6 +122,13 @@ class PassingAllreduce:
         self.quorum_mode = stream_options.get("patience") is not None
         self.stream: PooledStreamer | None = None
         self._scratch = Scratch()  # the leader's float64 sums, from call to call
+        # The local stage through shared memory (host_agent.local_stage), where the ranks are
+        # CPU ranks of a gloo group; made at the first call that can use it.
+        key = (self.session, params.job_id, host)
+        _STAGES_MADE[key] = seq = _STAGES_MADE.get(key, 0) + 1
+        self._stage_name = "passing-{:016x}-j{}-{}-{}".format(
+            self.session, params.job_id, "".join(c if c.isalnum() else "_" for c in host), seq)
+        self._stage: local_stage.SharedLocalStage | None = None
         if self.is_leader:
             if transport is None:
                 transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
@@ -140,6 +151,19 @@ class PassingAllreduce:
         if self.stream is not None:
             self.stream.close()
             self.stream = None
+        if self._stage is not None:
+            self._stage.close()
+            self._stage = None
+
+    def _shared_stage(self, work: torch.Tensor) -> local_stage.SharedLocalStage | None:
+        """The shared-memory local stage for a call on `work`, or None: gloo's collectives.
+        Every local rank decides alike (the same group, device and dtype)."""
+        if not local_stage.usable(self._local, self.local_size, work):
+            return None
+        if self._stage is None:
+            self._stage = local_stage.SharedLocalStage(self._local, self._local.rank(),
+                                                       self.local_size, self._stage_name)
+        return self._stage if self._stage.shared else None
 
     def calls_behind(self, numel: int, device: torch.device | str = "cpu") -> int:
         """How many of the next all-reduces of `numel` elements the other hosts have already
@@ -163,10 +187,23 @@ class PassingAllreduce:
             t = tensor.detach()
             work = t if t.is_contiguous() else t.contiguous()
             local_sum = work if work.dtype == torch.float32 else work.to(torch.float32)
-            self._local.reduce([local_sum], _reduce_to_leader()).wait()
+            stage = self._shared_stage(work)
+            if stage is not None:
+                stage.put(local_sum, work.dtype)
+                try:
+                    if not stage.agree():
+                        stage = None  # the ranks do not share it: gloo, now and from now on
+                except local_stage.LocalStageMismatch as e:
+                    raise AllreduceError(str(e)) from None
+            if stage is None:
+                self._local.reduce([local_sum], _reduce_to_leader()).wait()
+            elif self.is_leader:
+                stage.gather(local_sum)
             status = torch.zeros(_STATUS_BYTES, dtype=torch.uint8, device=work.device)
             if self.is_leader:
                 code, message = self._through_switch(local_sum, work, divide_by)
+                if stage is not None and code == _OK:
+                    stage.publish(work)
                 encoded = message.encode()[:_STATUS_BYTES - 2]
                 status[0] = code
                 status[1] = self.stream is not None and self.stream.cfg.patience is not None
@@ -177,7 +214,10 @@ class PassingAllreduce:
             if code != _OK:
                 message = bytes(status[2:].cpu().tolist()).rstrip(b"\0").decode(errors="replace")
                 raise AllreduceError(message or _MESSAGES[code])
-            self._local.broadcast([work], _from_leader()).wait()
+            if stage is None:
+                self._local.broadcast([work], _from_leader()).wait()
+            elif not self.is_leader:
+                stage.take(work)
             if work is not t:
                 t.copy_(work)
         return tensor

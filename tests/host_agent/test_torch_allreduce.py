@@ -39,7 +39,10 @@ def worker(rank: int, port: int, params: JobParams, out: mp.Queue) -> None:
         # Plain allreduce of a tensor whose length is not a multiple of K.
         t = torch.arange(1000, dtype=torch.float32) * (rank + 1) - 7.5
         passing.allreduce(t)
-        result = {"rank": rank, "allreduce": t.numpy().copy()}
+        result = {"rank": rank, "allreduce": t.numpy().copy(),
+                  # CPU ranks of a gloo group on one machine: the local stage went through
+                  # shared memory (host_agent.local_stage)
+                  "shared_stage": passing._stage is not None and passing._stage.shared}
 
         # Half precision is summed in fixed point and comes back in its own dtype.
         for dtype in (torch.float16, torch.bfloat16):
@@ -96,6 +99,7 @@ def test_local_ranks_allreduce_and_train_with_the_ddp_hook(switch):
     expected = sum(np.arange(1000, dtype=np.float64) * (r + 1) - 7.5 for r in range(WORLD))
     for r in range(WORLD):
         assert np.allclose(results[r]["allreduce"], expected, rtol=0, atol=1e-3)
+        assert results[r]["shared_stage"]
         assert "NaN/Inf" in results[r]["nan"] or "NaN or Inf" in results[r]["nan"]
         for dtype in ("torch.float16", "torch.bfloat16"):
             same_dtype, values = results[r][dtype]

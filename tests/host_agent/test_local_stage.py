@@ -1,0 +1,124 @@
+"""The shared-memory local stage (host_agent/local_stage.py) with real processes in a gloo
+group: every call's sum and result right on every rank, through mappings that grow; ranks
+that do not share the memory fall back to gloo, never summing without a rank; ranks that call
+with different sizes fail together; no file is left behind."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.ports import free_port
+from tests.spawned import run_ranks
+
+RANKS = 3
+# numel, result dtype per call: the mapping grows at the first, second and fourth
+SIZES = [(10, "float32"), (1000, "float16"), (5, "float64"), (50_000, "bfloat16"),
+         (7, "float32")]
+
+
+def worker(rank: int, port: int, shm_dir: str, mismatch: bool, out) -> None:
+    try:
+        import torch
+        import torch.distributed as dist
+
+        from host_agent.local_stage import LocalStageMismatch, SharedLocalStage
+
+        os.environ["PASSING_SHM_DIR"] = shm_dir.format(rank=rank)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=RANKS)
+        stage = SharedLocalStage(dist.group.WORLD, rank, RANKS, "passing-test-stage")
+        calls = []
+        for n, dtype in SIZES:
+            if mismatch and rank == 2:
+                n += 1
+            local = torch.arange(n, dtype=torch.float32) * (rank + 1) + 0.25
+            result = torch.zeros(n, dtype=getattr(torch, dtype))
+            stage.put(local, result.dtype)
+            try:
+                shared = stage.agree()
+            except LocalStageMismatch as e:
+                calls.append(("mismatch", str(e)))
+                break
+            if not shared:  # what PassingAllreduce does then: gloo for this call
+                dist.reduce(local, 0)
+            elif rank == 0:
+                stage.gather(local)
+            if rank == 0:
+                result.copy_(local * 2)
+                if shared:
+                    stage.publish(result)
+            # The status broadcast of PassingAllreduce: the result is there after it.
+            dist.barrier()
+            if not shared:
+                dist.broadcast(result, 0)
+            elif rank != 0:
+                stage.take(result)
+            calls.append((shared, local.numpy().copy() if rank == 0 else None,
+                          result.float().numpy().copy()))
+        stage.close()
+        out.put({"rank": rank, "calls": calls, "gen": stage.gen})
+        dist.destroy_process_group()
+    except Exception:
+        out.put({"rank": rank, "error": traceback.format_exc()})
+
+
+def run(shm_dir: str, mismatch: bool = False) -> dict[int, dict]:
+    port = free_port()
+    return run_ranks(worker, RANKS, lambda r: (r, port, shm_dir, mismatch), timeout=120)
+
+
+def expected(n: int) -> np.ndarray:
+    return sum(np.arange(n, dtype=np.float32) * (r + 1) + 0.25 for r in range(RANKS))
+
+
+def test_every_call_sums_every_rank_and_hands_back_the_result(tmp_path: Path):
+    import torch
+
+    results = run(str(tmp_path))
+    for r in range(RANKS):
+        calls = results[r]["calls"]
+        assert len(calls) == len(SIZES)
+        for (n, dtype), (shared, local, result) in zip(SIZES, calls, strict=True):
+            assert shared
+            want = (expected(n) * 2).astype(np.float32)
+            if r == 0:
+                assert np.array_equal(local, expected(n))
+            rounded = torch.from_numpy(want).to(getattr(torch, dtype)).float().numpy()
+            assert np.array_equal(result, rounded), (r, n, dtype)
+        assert results[r]["gen"] == 3  # grown three times, alike on every rank
+    assert list(tmp_path.iterdir()) == []  # every mapping's name removed once all had it
+
+
+@pytest.mark.parametrize("dirs", ["separate", "missing"])
+def test_ranks_that_do_not_share_the_memory_fall_back_to_gloo_in_the_same_call(dirs, tmp_path):
+    """Each rank's own directory plays ranks on different machines: the first call finds the
+    tokens do not add up on every rank, goes through gloo, and so does every later one; every
+    sum holds every rank's data. So does a directory that is not there (no /dev/shm): the
+    rank that cannot map says so in the same collective."""
+    for r in range(RANKS):
+        if dirs == "separate" or r == 1:
+            (tmp_path / str(r)).mkdir()
+    results = run(str(tmp_path / "{rank}"))
+    for r in range(RANKS):
+        calls = results[r]["calls"]
+        assert [c[0] for c in calls] == [False] * len(SIZES)
+        for (n, _), (_, local, result) in zip(SIZES, calls, strict=True):
+            if r == 0:
+                assert np.array_equal(local, expected(n))
+            assert np.allclose(result, expected(n) * 2, rtol=1e-2)
+        assert results[r]["gen"] == 1  # no mapping tried after the first
+    assert [list(p.iterdir()) for p in tmp_path.iterdir()] == \
+        [[]] * (RANKS if dirs == "separate" else 1)
+
+
+def test_ranks_calling_with_different_sizes_all_fail_with_a_clear_error(tmp_path):
+    results = run(str(tmp_path), mismatch=True)
+    for r in range(RANKS):
+        (kind, message), = results[r]["calls"]
+        assert kind == "mismatch"
+        assert "different sizes or dtypes" in message
