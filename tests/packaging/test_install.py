@@ -119,6 +119,19 @@ def test_pipeline_files_resolve_inside_the_installed_package(installed):
                    found["path"])
 
 
+def test_the_compiled_window_and_switch_path_build_from_the_wheel(installed):
+    """The C sources ship in the wheel and build into the user's cache, never into
+    site-packages; the agent then takes the compiled window."""
+    found = installed.python(
+        "import json\nfrom host_agent import window_c\nfrom switch_model import fastpath\n"
+        "print(json.dumps({'window': str(window_c.build()), 'fastpath': str(fastpath.build()),\n"
+        "  'loaded': window_c.load() is not None}))")
+    cache = str(installed.cwd / "cache" / "passing")
+    assert found["window"].startswith(f"{cache}/window/"), found
+    assert found["fastpath"].startswith(f"{cache}/fastpath/"), found
+    assert found["loaded"]
+
+
 def test_commands_import_no_test_harness(installed):
     # scapy and testbed/ are for tests and benchmarks: no installed command may need them.
     loaded = installed.python(
