@@ -197,13 +197,9 @@ class PassingAllreduce:
                     raise AllreduceError(str(e)) from None
             if stage is None:
                 self._local.reduce([local_sum], _reduce_to_leader()).wait()
-            elif self.is_leader:
-                stage.gather(local_sum)
             status = torch.zeros(_STATUS_BYTES, dtype=torch.uint8, device=work.device)
             if self.is_leader:
-                code, message = self._through_switch(local_sum, work, divide_by)
-                if stage is not None and code == _OK:
-                    stage.publish(work)
+                code, message = self._leader(stage, local_sum, work, divide_by)
                 encoded = message.encode()[:_STATUS_BYTES - 2]
                 status[0] = code
                 status[1] = self.stream is not None and self.stream.cfg.patience is not None
@@ -221,6 +217,21 @@ class PassingAllreduce:
             if work is not t:
                 t.copy_(work)
         return tensor
+
+    def _leader(self, stage: local_stage.SharedLocalStage | None, local_sum: torch.Tensor,
+                work: torch.Tensor, divide_by: int) -> tuple[int, str]:
+        """The leader's call between the local stage's gathering and the status: the other
+        ranks' tensors added from shared memory (if `stage`), the stream, the result handed
+        back to shared memory. Any failure becomes the status, so no rank waits for it."""
+        try:
+            if stage is not None:
+                stage.gather(local_sum)
+            code, message = self._through_switch(local_sum, work, divide_by)
+            if stage is not None and code == _OK:
+                stage.publish(work)
+            return code, message
+        except Exception as e:
+            return _OTHER, f"the leader failed: {type(e).__name__}: {e}"
 
     def _through_switch(self, local_sum: torch.Tensor, out: torch.Tensor,
                         divide_by: int) -> tuple[int, str]:

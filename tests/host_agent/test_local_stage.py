@@ -23,11 +23,20 @@ SIZES = [(10, "float32"), (1000, "float16"), (5, "float64"), (50_000, "bfloat16"
 
 def worker(rank: int, port: int, shm_dir: str, mismatch: bool, out) -> None:
     try:
+        import errno
+
         import torch
         import torch.distributed as dist
 
+        from host_agent import local_stage
         from host_agent.local_stage import LocalStageMismatch, SharedLocalStage
 
+        if shm_dir.endswith("{nospace}"):  # rank 1's /dev/shm is full
+            shm_dir = shm_dir[:-len("{nospace}")]
+            if rank == 1:
+                def full(fd, offset, length):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                local_stage.os.posix_fallocate = full
         os.environ["PASSING_SHM_DIR"] = shm_dir.format(rank=rank)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=RANKS)
@@ -94,12 +103,20 @@ def test_every_call_sums_every_rank_and_hands_back_the_result(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []  # every mapping's name removed once all had it
 
 
-@pytest.mark.parametrize("dirs", ["separate", "missing"])
+@pytest.mark.parametrize("dirs", ["separate", "missing", "full"])
 def test_ranks_that_do_not_share_the_memory_fall_back_to_gloo_in_the_same_call(dirs, tmp_path):
     """Each rank's own directory plays ranks on different machines: the first call finds the
     tokens do not add up on every rank, goes through gloo, and so does every later one; every
-    sum holds every rank's data. So does a directory that is not there (no /dev/shm): the
-    rank that cannot map says so in the same collective."""
+    sum holds every rank's data. So does a directory that is not there (no /dev/shm), or one
+    with no room for the mapping (its pages are reserved when it is made, so that is an error
+    then, not a SIGBUS at the first write): the rank that cannot map says so in the same
+    collective."""
+    if dirs == "full":
+        results = run(str(tmp_path) + "{nospace}")
+        for r in range(RANKS):
+            assert [c[0] for c in results[r]["calls"]] == [False] * len(SIZES)
+        assert list(tmp_path.iterdir()) == []
+        return
     for r in range(RANKS):
         if dirs == "separate" or r == 1:
             (tmp_path / str(r)).mkdir()
@@ -114,6 +131,18 @@ def test_ranks_that_do_not_share_the_memory_fall_back_to_gloo_in_the_same_call(d
         assert results[r]["gen"] == 1  # no mapping tried after the first
     assert [list(p.iterdir()) for p in tmp_path.iterdir()] == \
         [[]] * (RANKS if dirs == "separate" else 1)
+
+
+def test_empty_tensors_and_other_devices_keep_gloo():
+    """An empty tensor has nothing to map (gloo takes it as it always did); neither do
+    dtypes the stage does not carry, nor a single rank."""
+    import torch
+
+    from host_agent.local_stage import usable
+
+    assert not usable(None, 2, torch.zeros(0))
+    assert not usable(None, 2, torch.zeros(4, dtype=torch.int64))
+    assert not usable(None, 1, torch.zeros(4))
 
 
 def test_ranks_calling_with_different_sizes_all_fail_with_a_clear_error(tmp_path):
