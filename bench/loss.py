@@ -32,6 +32,9 @@ from passing.pipeline_files import topology_file
 from topologies.exclusive import busy_message
 from topologies.network import PassingNetwork
 
+# How long the hosts' TCP meetings may take under loss (RunOptions.rendezvous_timeout).
+RENDEZVOUS_UNDER_LOSS_S = 300.0
+
 
 @dataclass(frozen=True)
 class Condition:
@@ -147,8 +150,11 @@ def run(topo: str, target: str, size: int, strategies: list[str], conditions: li
             for cond in conditions:
                 _apply(pnet, cond)
                 for strategy in strategies:
+                    # Every host's TCP meetings (session, process groups) cross lossy links
+                    # too: at 20% on every link TCP's backoff alone took over a minute once.
                     reports = pnet.allreduce(str(size), job_id, iters, timeout=120.0,
-                                             strategy=strategy)
+                                             strategy=strategy,
+                                             rendezvous_timeout=RENDEZVOUS_UNDER_LOSS_S)
                     runs.setdefault((cond, strategy), []).append(reports)
                     one = summarize(cond, strategy, [reports], None)
                     log(f"{progress.step()} {cond.label:22s} {strategy:9s}: "

@@ -255,14 +255,17 @@ class PassingNetwork:
     def allreduce(self, size: str = "1M", job_id: int | None = None, iters: int = 2,
                   timeout: float = 20.0, strategy: str = "passing",
                   train_steps: int = 0, train_model: str = DEFAULT_MODEL,
-                  eval_every: int = 0, warmup: int = 1) -> dict[str, dict]:
+                  eval_every: int = 0, warmup: int = 1,
+                  rendezvous_timeout: float = 60.0) -> dict[str, dict]:
         """Run passing-agent on every host of the job at once; their JSON reports. Baseline
         strategies run over the same hosts and links: ring, hier-ring and ps without the
         switch's aggregation (their traffic is ordinary L2 forwarding), ina through the
         switch with every GPU rank streaming (on the job's INA companion, see ina_companion).
         Each host makes `warmup` untimed calls, then `iters` timed ones, and checks every
         one. With train_steps the agents train the MLP `train_model` instead (passing-agent
-        --train --model, accuracy every `eval_every` steps)."""
+        --train --model, accuracy every `eval_every` steps). `rendezvous_timeout`: how long
+        the hosts' TCP meetings (session, process groups, the first start line) may take;
+        under heavy loss on every link TCP's backoff alone can take a minute."""
         job_id = job_id if job_id is not None else min(self.jobs)
         params = self.jobs.get(job_id) or self.create_job(job_id)
         job = JobParams.load(params)
@@ -277,11 +280,12 @@ class PassingNetwork:
                         "--timeout", str(timeout), "--strategy", strategy,
                         "--ifname", self.net.get(h).defaultIntf().name,
                         "--train", str(train_steps), "--model", train_model,
-                        "--eval-every", str(eval_every)] for h in hosts}
+                        "--eval-every", str(eval_every),
+                        "--rendezvous-timeout", str(rendezvous_timeout)] for h in hosts}
         # A hung agent (e.g. a baseline's rendezvous) must not hang the caller; the agent's
         # own bound, and its ranks' tear-down, come first, with a clearer error.
         opts = RunOptions(iters=iters, warmup=warmup, timeout=timeout, train_steps=train_steps,
-                          model=train_model)
+                          model=train_model, rendezvous_timeout=rendezvous_timeout)
         out = self.agents.run(commands, command_budget_s(opts) + IDLE_GRACE_S + 20)
         if not train_steps:
             for h in hosts:
