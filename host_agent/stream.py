@@ -1214,14 +1214,18 @@ class SlotStreamer:
         if not t.slots.size:
             return t.slots, -1, t.more
         call.missed += t.missed
-        if t.rtt_median is not None:
-            self._sample_rtt(t.rtt_median)
-            if not self._paused:  # (after a pause a result may have waited up to its length)
-                self.min_rtt = t.rtt_min if self.min_rtt is None else min(self.min_rtt,
-                                                                           t.rtt_min)
-        self._paused = False
+        self._note_round_trips(t.rtt_median, t.rtt_min)
         self.stats.results += t.slots.size
         return t.slots, t.newest, t.more
+
+    def _note_round_trips(self, median: float | None, least: float | None) -> None:
+        """A batch of results' clean round trips (Karn), by their median and least (None:
+        none clean): the timer's estimate, and the path's least unless a pause came first."""
+        if median is not None:
+            self._sample_rtt(median)
+            if not self._paused:  # (after a pause a result may have waited up to its length)
+                self.min_rtt = least if self.min_rtt is None else min(self.min_rtt, least)
+        self._paused = False
 
     def _collect(self, rows: np.ndarray, other: int, call: _Call
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -1251,13 +1255,9 @@ class SlotStreamer:
         slots = slot[keep]
         now = time.monotonic()
         clean = ~call.resent[slots]  # Karn: a resent packet's round trip is ambiguous
-        if clean.any():
-            rtts = now - call.sent[slots[clean]]
-            self._sample_rtt(_median(rtts))
-            if not self._paused:  # (after a pause a result may have waited up to its length)
-                least = float(rtts.min())
-                self.min_rtt = least if self.min_rtt is None else min(self.min_rtt, least)
-        self._paused = False
+        rtts = now - call.sent[slots[clean]]
+        self._note_round_trips(_median(rtts) if rtts.size else None,
+                               float(rtts.min()) if rtts.size else None)
         # A probe's answer comes after every older packet's would: its own transmission
         # counts. Any other answer may be the first transmission's, so only that counts.
         newest = int(np.max(np.where(call.probed[slots], call.last_seq[slots],
