@@ -84,7 +84,8 @@ class PassingAllreduce:
                  transport: Transport | None = None, *, session: int | None = None,
                  nonfinite: str = "raise",
                  params_source: Callable[[], JobParams] | None = None, poll: float = 2.0,
-                 policy: Policy | None = None, **stream_options):
+                 policy: Policy | None = None, udp_segments: int | None = None,
+                 **stream_options):
         """params: the job's agent parameters (JobParams.load of passing-ctl's --params-out, or
         JobParams.from_dict of 'agent_params' in passing-ctl job show --json);
         host: this server's name in them; group: the local ranks (default: the whole world,
@@ -101,7 +102,9 @@ class PassingAllreduce:
         `lambda: host_agent.job_source.params_from_env()`. Without one, the pool stays the one
         in `params`; policy: the patience and staleness bound (StreamConfig's fields) to use
         under newer parameters polled there (a live `passing-ctl job set`), the same rule on
-        every host; None: the `stream_options` given stay."""
+        every host; None: the `stream_options` given stay; udp_segments: datagrams per
+        message the leader's socket hands the kernel (host_agent.transport.SEGMENTS_ENV;
+        None: that variable, or the default), when no `transport` is given."""
         # Refused here, on every rank: a wrong job would leave the leader waiting on the switch.
         h = params.host(host)
         if params.mode != "passing":
@@ -132,7 +135,7 @@ class PassingAllreduce:
         if self.is_leader:
             if transport is None:
                 transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
-                                         params.switch_udp_port)
+                                         params.switch_udp_port, segments=udp_segments)
             # A complete sum holds every GPU of the job (hosts may differ in GPUs).
             stream_options.setdefault("total_gpus", params.gpus)
             cfg = StreamConfig(params.job_id, h.contributor_id, params.window,

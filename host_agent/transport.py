@@ -9,6 +9,7 @@ docs/protocol.md, "What PASSING protects against")."""
 from __future__ import annotations
 
 import errno
+import os
 import select
 import socket
 
@@ -20,11 +21,54 @@ from passing import protocol as P
 # Sending into a full queue or through a firewall's drop loses the packet like a wire would, and
 # so does an ICMP error from a switch address that is not up yet: the slot's timer resends it.
 _LOST_ON_SEND = (errno.EPERM, errno.ENOBUFS, errno.EAGAIN, errno.ECONNREFUSED)
+# UDP segmentation (passing.mmsg.send_rows): up to this many datagrams per message unless told
+# otherwise (PASSING_UDP_SEGMENTS, or `segments`); 1 sends one message per datagram. On a real
+# NIC the segments leave at line rate whatever their number. On an emulated link (an htb class
+# on a veth) a message is dequeued whole, so its datagrams arrive together, up to segments - 1
+# frame times earlier than paced ones: segments_for_link keeps that within about a
+# millisecond of the link's time, the burst Linux's TCP gives its own segmentation at a rate
+# (tcp_tso_autosize), which the TCP baselines on the same links already have.
+SEGMENTS_ENV = "PASSING_UDP_SEGMENTS"
+DEFAULT_SEGMENTS = 8
+MAX_SEGMENTS = 64  # the kernel's UDP_MAX_SEGMENTS
+_FRAME_OVERHEAD = 42  # Ethernet, IPv4 and UDP headers around each datagram
+# What a kernel without UDP segmentation (before 4.18), or one that cannot segment on this
+# route, answers a segmented message with.
+_NO_SEGMENTATION = (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP)
+
+
+def segments_for_link(mbps: float, payload_bytes: int = P.PAYLOAD_BYTES) -> int:
+    """Datagrams per message on a link shaped to `mbps` Mbit/s (0: unshaped): as many frames
+    as the link carries in a millisecond, at least 1 (DEFAULT_SEGMENTS unshaped)."""
+    if mbps <= 0:
+        return DEFAULT_SEGMENTS
+    per_ms = mbps * 1e6 / 8 / 1000
+    return max(1, min(MAX_SEGMENTS, int(per_ms // (payload_bytes + _FRAME_OVERHEAD))))
+
+
+def default_segments() -> int:
+    """PASSING_UDP_SEGMENTS when set (a whole number from 1 to 64), else DEFAULT_SEGMENTS."""
+    raw = os.environ.get(SEGMENTS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SEGMENTS
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_SEGMENTS:
+        raise ValueError(f"{SEGMENTS_ENV}={raw!r}: datagrams per message, from 1 (one each) "
+                         f"to {MAX_SEGMENTS}")
+    return n
 
 
 class UdpTransport:
     def __init__(self, host_ip: str, agent_port: int, switch_ip: str,
-                 switch_port: int = P.PASSING_UDP_PORT, batched: bool = True):
+                 switch_port: int = P.PASSING_UDP_PORT, batched: bool = True,
+                 segments: int | None = None):
+        # Datagrams per message (see SEGMENTS_ENV); 1 after the kernel refused segmentation.
+        self.segments = segments if segments is not None else default_segments()
+        if not 1 <= self.segments <= MAX_SEGMENTS:
+            raise ValueError(f"segments: from 1 to {MAX_SEGMENTS}, not {self.segments}")
         self.peer = (switch_ip, switch_port)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -58,13 +102,18 @@ class UdpTransport:
             return
         i = 0
         while i < len(rows):
-            sent, err = mmsg.send_rows(self.sock, rows[i:])
+            seg = self.segments
+            sent, err = mmsg.send_rows(self.sock, rows[i:], seg)
             i += sent
             if err:
+                if seg > 1 and err in _NO_SEGMENTATION:
+                    self.segments = 1  # this kernel or route cannot: one datagram per row
+                    continue
                 if err not in _LOST_ON_SEND:
                     raise OSError(err, f"sendmmsg: {errno.errorcode.get(err, err)}")
-                self.dropped_on_send += 1  # this datagram is lost; the rest still go
-                i += 1
+                lost = min(seg, len(rows) - i)
+                self.dropped_on_send += lost  # this message's datagrams are lost; the rest go
+                i += lost
 
     def recv_rows(self, timeout: float) -> tuple[np.ndarray, int]:
         """Waiting up to `timeout` for the first, the aggregation payloads that have arrived, as

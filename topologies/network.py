@@ -22,6 +22,7 @@ from bench.workloads import DEFAULT_MODEL
 from controller.core import Controller, Endpoint
 from controller.job_plan import JobSpec
 from controller.topology import LinkParams, Topology
+from host_agent.transport import SEGMENTS_ENV, segments_for_link
 from passing import p4build
 from passing import protocol as P
 from passing.contract import JobParams
@@ -281,7 +282,8 @@ class PassingNetwork:
                         "--ifname", self.net.get(h).defaultIntf().name,
                         "--train", str(train_steps), "--model", train_model,
                         "--eval-every", str(eval_every),
-                        "--rendezvous-timeout", str(rendezvous_timeout)] for h in hosts}
+                        "--rendezvous-timeout", str(rendezvous_timeout),
+                        "--udp-segments", str(self.udp_segments(h))] for h in hosts}
         # A hung agent (e.g. a baseline's rendezvous) must not hang the caller; the agent's
         # own bound, and its ranks' tear-down, come first, with a clearer error.
         opts = RunOptions(iters=iters, warmup=warmup, timeout=timeout, train_steps=train_steps,
@@ -380,6 +382,7 @@ class PassingNetwork:
                         script: Path, script_args: list[str], extra_env: dict) -> None:
         node = self.net.get(run.host)
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+               SEGMENTS_ENV: str(self.udp_segments(run.host)),
                **extra_env,
                training.TAG_VAR: run.tag, "PASSING_JOB": str(job_id),
                "PASSING_CONTROLLER": self.controller_url, "PASSING_HOST": run.host,
@@ -473,6 +476,12 @@ class PassingNetwork:
         link = self._link(a, b)
         for intf in (link.intf1, link.intf2):
             link_loss.set_loss(intf, percent, self.run_dir)
+
+    def udp_segments(self, host: str) -> int:
+        """Datagrams per message for `host`'s agent at its link's current rate: about a
+        millisecond of the link (host_agent.transport.segments_for_link), so that no message
+        leaves the emulated link faster than TCP's own segmentation lets the baselines'."""
+        return segments_for_link(self.topo.hosts[host].link.bw or 0)
 
     def set_link_rates(self, topo: Topology) -> None:
         """Shape every running link to its rate in `topo`, the running topology with other

@@ -30,6 +30,12 @@ from bench.agent.pool import RankPool
 from bench.sizes import parse_size
 from bench.workloads import MODELS as TRAIN_MODELS
 from host_agent.job_source import JobSourceError, params_from_env, pool_poll, this_host
+from host_agent.transport import (
+    DEFAULT_SEGMENTS,
+    MAX_SEGMENTS,
+    SEGMENTS_ENV,
+    default_segments,
+)
 from passing.contract import JobParams, ParamsError
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
@@ -92,6 +98,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--strategy", choices=STRATEGIES, default="passing",
                     help="passing (default), or a baseline: ina (needs a job in mode ina), "
                          "ring, hier-ring, ps")
+    ap.add_argument("--udp-segments", type=int, default=0, metavar="N",
+                    help="passing and ina: datagrams per message the agent's socket hands the "
+                         "kernel (UDP segmentation; 1: one per message; default 0: "
+                         f"${SEGMENTS_ENV} or {DEFAULT_SEGMENTS}; on shaped links about a "
+                         "millisecond of the link: docs/host_agent.md, \"Transport\")")
     ap.add_argument("--ifname", default=None,
                     help="baselines: the interface gloo uses between hosts (e.g. h1-eth0)")
     ap.add_argument("--rendezvous-port", type=int, default=None,
@@ -135,6 +146,12 @@ def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse
         ap.error("--iters must be at least 1")
     if args.warmup < 0:
         ap.error("--warmup must be a number of calls (0: none)")
+    if not 0 <= args.udp_segments <= MAX_SEGMENTS:
+        ap.error(f"--udp-segments must be from 1 to {MAX_SEGMENTS}, or 0 for the default")
+    try:
+        default_segments()  # said here, once, not by every rank after the rendezvous
+    except ValueError as e:
+        ap.error(str(e))
     if not 0 <= args.gather_max <= 1:  # (NaN too)
         ap.error("--gather-max must be seconds, from 0 (never) to 1")
     try:
@@ -155,7 +172,8 @@ def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse
     opts = RunOptions(size=args.size, iters=args.iters, warmup=args.warmup, seed=args.seed,
                       rto=args.rto, timeout=args.timeout, min_rto=args.min_rto,
                       gather_max=args.gather_max, strategy=args.strategy,
-                      ifname=args.ifname, rendezvous_port=args.rendezvous_port,
+                      ifname=args.ifname, udp_segments=args.udp_segments,
+                      rendezvous_port=args.rendezvous_port,
                       rendezvous_timeout=args.rendezvous_timeout, train_steps=args.train,
                       global_batch=args.global_batch, model=args.model,
                       eval_every=args.eval_every, params_file=args.params, pool_poll=poll)

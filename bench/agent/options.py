@@ -25,6 +25,7 @@ class RunOptions:
     gather_max: float = StreamConfig.gather_max  # (0: no gathering)
     strategy: str = "passing"
     ifname: str | None = None
+    udp_segments: int = 0  # passing and ina: datagrams per message (0: the transport's default)
     rendezvous_port: int | None = None  # None: 29500 + job id
     rendezvous_timeout: float = 60.0
     train_steps: int = 0  # > 0: train an MLP on the digits instead of timed all-reduces

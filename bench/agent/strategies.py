@@ -78,10 +78,10 @@ class InaAllreduce:
 
     def __init__(self, params: JobParams, host: str, local_rank: int,
                  transport: Transport | None = None, *, session: int | None = None,
-                 **stream_options):
+                 udp_segments: int | None = None, **stream_options):
         """session: the run's session, the same for every rank of every host; by default
         agreed over the default process group (every rank of every host, constructing this
-        together)."""
+        together); udp_segments: as PassingAllreduce's."""
         if params.mode != "ina":
             raise ValueError(f"job {params.job_id} is a {params.mode} job; "
                              "the ina strategy needs a job created with mode ina")
@@ -90,7 +90,8 @@ class InaAllreduce:
             raise ValueError(f"local rank {local_rank} but {host} has {h.local_gpus}")
         if transport is None:
             transport = UdpTransport(h.host_ip, params.agent_udp_ports(host)[local_rank],
-                                     h.switch_ip, params.switch_udp_port)
+                                     h.switch_ip, params.switch_udp_port,
+                                     segments=udp_segments)
         agreed = session if session is not None else agree_in_group(None)
         # The job's current pool, under a session tied to it (host_agent.pool_move): a rank
         # holding another pool's parameters never shares a session with these.

@@ -53,7 +53,9 @@ def agent(*args: str, python: tuple[str, ...] = ("-m", "bench.agent.cli"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("gather", [[], ["--gather-max", "0"]])
+# The default sends 8 datagrams per message; 1 one each, 64 a whole window at once.
+@pytest.mark.parametrize("gather", [[], ["--gather-max", "0"], ["--udp-segments", "1"],
+                                    ["--udp-segments", "64"]])
 def test_two_hosts_get_the_correct_sum(params_file, gather):
     procs = [agent("--params", str(params_file), "--host", h, "--size", "3K", "--iters", "2",
                    "--json", *gather) for h in ("h1", "h2")]
@@ -64,7 +66,7 @@ def test_two_hosts_get_the_correct_sum(params_file, gather):
         assert res["correct"] and res["contributors"] == 4 and res["local_ranks"] == 2
         assert res["size"] == 3072 and res["goodput_gbps"] > 0
         assert res["passes"] > 0  # the leader's loop, reported
-        if gather:
+        if "--gather-max" in gather:
             assert res["gathers"] == 0 and res["gathered_s"] == 0
 
 
@@ -88,13 +90,18 @@ def test_bad_arguments_exit_2(params_file):
                           (["--host", "h1", "--size", "4X"], "size must be"),
                           (["--host", "h1", "--iters", "0"], "--iters must be"),
                           (["--host", "h1", "--gather-max", "-1"], "--gather-max must be"),
-                          (["--host", "h1", "--gather-max", "nan"], "--gather-max must be")]:
+                          (["--host", "h1", "--gather-max", "nan"], "--gather-max must be"),
+                          (["--host", "h1", "--udp-segments", "65"], "--udp-segments must be"),
+                          (["--host", "h1", "--udp-segments", "-1"], "--udp-segments must be")]:
         p = agent("--params", str(params_file), *args)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 2 and message in err, err
     p = agent("--params", str(params_file), "--host", "h1", env={"PASSING_POOL_POLL": "-1"})
     _, err = p.communicate(timeout=60)
     assert p.returncode == 2 and "PASSING_POOL_POLL='-1': seconds between reads" in err, err
+    p = agent("--params", str(params_file), "--host", "h1", env={"PASSING_UDP_SEGMENTS": "0"})
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "PASSING_UDP_SEGMENTS='0': datagrams per message" in err, err
 
 
 def test_parameters_of_the_old_format_are_refused_with_how_to_regenerate(tmp_path):

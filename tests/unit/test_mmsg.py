@@ -4,12 +4,14 @@ not."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import time
 
 import numpy as np
 import pytest
 
+from host_agent import transport
 from host_agent.transport import UdpTransport
 from passing import mmsg
 from passing import protocol as P
@@ -84,3 +86,101 @@ def test_the_transport_takes_payloads_and_counts_the_rest(batched):
     finally:
         switch.close()
         agent.close()
+
+
+def _drain(rx: mmsg.Receiver, sock: socket.socket, n: int, size: int) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + 5
+    while len(got) < n and time.monotonic() < deadline:
+        buf, lengths = rx.receive(sock)
+        assert np.all(lengths == size), lengths  # never a super-datagram, never a cut one
+        got += [bytes(r[:size]) for r in buf]
+    return got
+
+
+@pytest.mark.parametrize("segments", [2, 8, 11])
+@pytest.mark.parametrize("n", [1, 7, 300])
+def test_segmented_messages_arrive_as_the_same_datagrams_in_order(segments, n):
+    """UDP segmentation changes how rows reach the kernel, not what the receiver sees: one
+    datagram per row, in order, a short last message included."""
+    a, b = _pair()
+    try:
+        rows = np.random.default_rng(n).integers(0, 256, (n, 1316), dtype=np.uint8)
+        assert mmsg.send_rows(a, rows, segments) == (n, 0)
+        rx = mmsg.Receiver(batch=128, slot=2048)
+        assert _drain(rx, b, n, 1316) == [r.tobytes() for r in rows]
+        assert len(rx.receive(b)[1]) == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_socket_that_cannot_segment_sends_every_row_one_by_one():
+    """Where the kernel refuses segmentation (here: a socket without UDP checksums, which
+    segmentation needs), the transport falls back to one datagram per row for good, and
+    loses nothing."""
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    switch.bind(("127.0.0.2", 0))
+    switch.setblocking(False)
+    agent = UdpTransport("127.0.0.1", 0, *switch.getsockname(), segments=8)
+    agent.sock.setsockopt(socket.SOL_SOCKET, 11, 1)  # SO_NO_CHECK
+    try:
+        payloads = np.random.default_rng(3).integers(0, 256, (50, P.PAYLOAD_BYTES),
+                                                     dtype=np.uint8)
+        agent.send_rows(payloads[:20])
+        assert agent.segments == 1 and agent.dropped_on_send == 0
+        agent.send_rows(payloads[20:])
+        got = _drain(mmsg.Receiver(batch=64, slot=2048), switch, 50, P.PAYLOAD_BYTES)
+        assert got == [r.tobytes() for r in payloads]
+    finally:
+        switch.close()
+        agent.close()
+
+
+def test_a_segmented_message_lost_on_send_counts_every_row_in_it(monkeypatch):
+    """A full queue refuses a whole message: each of its rows is counted lost (the window's
+    timers resend them), and the rows after it still go."""
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.2", 0))
+    agent = UdpTransport("127.0.0.1", 0, *switch.getsockname(), segments=4)
+    calls = []
+    real = mmsg.send_rows
+
+    def refuse_the_second_message(sock, rows, segments=1):
+        calls.append((len(rows), segments))
+        if len(calls) == 1:
+            sent, err = real(sock, rows[:4], segments)
+            return sent, errno.ENOBUFS
+        return real(sock, rows, segments)
+    monkeypatch.setattr(mmsg, "send_rows", refuse_the_second_message)
+    try:
+        rows = np.random.default_rng(4).integers(0, 256, (10, P.PAYLOAD_BYTES), dtype=np.uint8)
+        agent.send_rows(rows)
+        assert calls == [(10, 4), (2, 4)] and agent.dropped_on_send == 4
+        got = [switch.recv(4096) for _ in range(6)]
+        assert got == [r.tobytes() for r in (*rows[:4], *rows[8:])]
+    finally:
+        switch.close()
+        agent.close()
+
+
+def test_messages_hold_about_a_millisecond_of_a_shaped_link(monkeypatch):
+    """A message's datagrams leave an emulated link together: about a millisecond's worth of
+    its frames (1358 bytes each at K=320), one at a time where a millisecond holds fewer than
+    two, the default unshaped, and never more than the kernel takes."""
+    frame = P.PAYLOAD_BYTES + 42
+    for mbps in (2, 10, 20, 50, 80, 100, 1000, 100_000):
+        n = transport.segments_for_link(mbps)
+        assert 1 <= n <= transport.MAX_SEGMENTS
+        assert n == transport.MAX_SEGMENTS or n == 1 or \
+            n * frame <= mbps * 125 < (n + 1) * frame, (mbps, n)
+    assert [transport.segments_for_link(b) for b in (20, 80, 100)] == \
+        [1, 10_000 // frame, 12_500 // frame]
+    assert transport.segments_for_link(0) == transport.DEFAULT_SEGMENTS
+    monkeypatch.setenv(transport.SEGMENTS_ENV, "3")
+    assert transport.default_segments() == 3
+    for bad in ("0", "65", "x", "2.5"):
+        monkeypatch.setenv(transport.SEGMENTS_ENV, bad)
+        with pytest.raises(ValueError, match="datagrams per message"):
+            UdpTransport("127.0.0.1", 0, "127.0.0.2", 9)
