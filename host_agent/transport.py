@@ -111,7 +111,7 @@ class UdpTransport:
                     continue
                 if err not in _LOST_ON_SEND:
                     raise OSError(err, f"sendmmsg: {errno.errorcode.get(err, err)}")
-                lost = min(seg, len(rows) - i)
+                lost = min(mmsg.per_message(seg, rows.shape[1]), len(rows) - i)
                 self.dropped_on_send += lost  # this message's datagrams are lost; the rest go
                 i += lost
 

@@ -34,6 +34,7 @@ MMSGHDR = np.dtype({"names": ["name", "namelen", "iov", "iovlen", "control", "co
 MSG_DONTWAIT = 0x40
 MSG_TRUNC = 0x20
 SOL_UDP, UDP_SEGMENT = 17, 103  # <netinet/udp.h>: a message's datagram size for GSO
+_MAX_UDP_PAYLOAD = 65507  # 65535 less the IPv4 and UDP headers
 _CMSG_HDR = 16  # sizeof(struct cmsghdr) on LP64: size_t len, int level, int type
 
 _libc = None
@@ -86,13 +87,15 @@ def send_rows(sock: socket.socket, rows: np.ndarray, segments: int = 1) -> tuple
     UDP socket `sock`. With `segments` > 1, up to that many consecutive rows go as one message
     that the kernel cuts into one datagram per row (UDP_SEGMENT, generic segmentation): the
     same datagrams on the wire, one pass through the socket, IP and queueing layers per
-    message instead of per row. Returns (rows sent, errno of the call that stopped short, 0
-    if none); after an error the rows of the message that failed are the next
-    min(segments, rest): a caller decides what an error means (the transport counts them
-    lost)."""
+    message instead of per row. A message never holds more than one UDP datagram can
+    (`per_message`). Returns (rows sent, errno of the call that stopped short, 0 if none);
+    after an error the rows of the message that failed are the next
+    min(per_message(segments, row bytes), rest): a caller decides what an error means (the
+    transport counts them lost)."""
     _require()
     rows = np.ascontiguousarray(rows, dtype=np.uint8)
     n, size = rows.shape
+    segments = per_message(segments, size)
     if segments <= 1 or n <= 1:
         hdr, iov = _headers(rows, n, size)
         return _send_all(sock, hdr, n, (rows, iov))
@@ -104,6 +107,12 @@ def send_rows(sock: socket.socket, rows: np.ndarray, segments: int = 1) -> tuple
     hdr["controllen"] = control.size
     sent, err = _send_all(sock, hdr, len(starts), (rows, iov, control))
     return min(sent * segments, n), err
+
+
+def per_message(segments: int, size: int) -> int:
+    """Rows of `size` bytes that one segmented message carries: `segments`, fewer where they
+    would not fit in one UDP datagram (the kernel refuses the message, EMSGSIZE)."""
+    return max(1, min(segments, _MAX_UDP_PAYLOAD // max(size, 1)))
 
 
 def _segment_control(size: int) -> np.ndarray:

@@ -98,7 +98,7 @@ def _drain(rx: mmsg.Receiver, sock: socket.socket, n: int, size: int) -> list[by
     return got
 
 
-@pytest.mark.parametrize("segments", [2, 8, 11])
+@pytest.mark.parametrize("segments", [2, 8, 11, 64])
 @pytest.mark.parametrize("n", [1, 7, 300])
 def test_segmented_messages_arrive_as_the_same_datagrams_in_order(segments, n):
     """UDP segmentation changes how rows reach the kernel, not what the receiver sees: one
@@ -184,3 +184,19 @@ def test_messages_hold_about_a_millisecond_of_a_shaped_link(monkeypatch):
         monkeypatch.setenv(transport.SEGMENTS_ENV, bad)
         with pytest.raises(ValueError, match="datagrams per message"):
             UdpTransport("127.0.0.1", 0, "127.0.0.2", 9)
+
+
+def test_a_message_never_holds_more_than_one_udp_datagram_can():
+    """64 rows of a full-size packet (1,308 bytes at K=320) are 83 KB, more than a UDP datagram
+    holds: a message takes 50 of them, and a refused one counts those 50 lost."""
+    assert mmsg.per_message(64, P.PAYLOAD_BYTES) == 65507 // P.PAYLOAD_BYTES == 50
+    assert mmsg.per_message(64, 100) == 64 and mmsg.per_message(8, 70000) == 1
+    a, b = _pair()
+    try:
+        rows = np.random.default_rng(5).integers(0, 256, (256, P.PAYLOAD_BYTES), dtype=np.uint8)
+        assert mmsg.send_rows(a, rows, 64) == (256, 0)
+        got = _drain(mmsg.Receiver(batch=256, slot=2048), b, 256, P.PAYLOAD_BYTES)
+        assert got == [r.tobytes() for r in rows]
+    finally:
+        a.close()
+        b.close()
