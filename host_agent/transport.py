@@ -12,6 +12,7 @@ import errno
 import os
 import select
 import socket
+import warnings
 
 import numpy as np
 
@@ -32,9 +33,20 @@ SEGMENTS_ENV = "PASSING_UDP_SEGMENTS"
 DEFAULT_SEGMENTS = 8
 MAX_SEGMENTS = 64  # the kernel's UDP_MAX_SEGMENTS
 _FRAME_OVERHEAD = 42  # Ethernet, IPv4 and UDP headers around each datagram
-# What a kernel without UDP segmentation (before 4.18), or one that cannot segment on this
-# route, answers a segmented message with.
+# What a kernel that cannot segment on this route answers a segmented message with (before
+# about Linux 6.11: a device without checksum offload, as the Mininet hosts' are). One too old
+# to know UDP_SEGMENT at all (before 4.18) is found when the socket is made (_can_segment).
 _NO_SEGMENTATION = (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP)
+
+
+def _can_segment(sock: socket.socket) -> bool:
+    """Whether the kernel knows UDP_SEGMENT at all. Before Linux 4.18 it ignores the control
+    message instead of refusing it, and a message would leave as one fragmented datagram."""
+    try:
+        sock.getsockopt(mmsg.SOL_UDP, mmsg.UDP_SEGMENT)
+    except OSError:
+        return False
+    return True
 
 
 def segments_for_link(mbps: float, payload_bytes: int = P.PAYLOAD_BYTES) -> int:
@@ -84,6 +96,8 @@ class UdpTransport:
         self.dropped_on_send = 0
         self._batched = batched and mmsg.available()
         self._receiver = mmsg.Receiver() if self._batched else None
+        if self.segments > 1 and not (self._batched and _can_segment(self.sock)):
+            self.segments = 1
 
     def send(self, payload: bytes) -> None:
         try:
@@ -107,7 +121,12 @@ class UdpTransport:
             i += sent
             if err:
                 if seg > 1 and err in _NO_SEGMENTATION:
-                    self.segments = 1  # this kernel or route cannot: one datagram per row
+                    # This kernel or route cannot (before about Linux 6.11, a device without
+                    # checksum offload): one datagram per row from now on, said once.
+                    self.segments = 1
+                    warnings.warn(f"UDP segmentation refused ({errno.errorcode.get(err, err)}): "
+                                  "the agent sends one datagram per packet", RuntimeWarning,
+                                  stacklevel=2)
                     continue
                 if err not in _LOST_ON_SEND:
                     raise OSError(err, f"sendmmsg: {errno.errorcode.get(err, err)}")

@@ -35,6 +35,7 @@ MSG_DONTWAIT = 0x40
 MSG_TRUNC = 0x20
 SOL_UDP, UDP_SEGMENT = 17, 103  # <netinet/udp.h>: a message's datagram size for GSO
 _MAX_UDP_PAYLOAD = 65507  # 65535 less the IPv4 and UDP headers
+_MAX_UDP_SEGMENTS = 64  # the kernel's UDP_MAX_SEGMENTS before 6.x raised it to 128
 _CMSG_HDR = 16  # sizeof(struct cmsghdr) on LP64: size_t len, int level, int type
 
 _libc = None
@@ -111,8 +112,11 @@ def send_rows(sock: socket.socket, rows: np.ndarray, segments: int = 1) -> tuple
 
 def per_message(segments: int, size: int) -> int:
     """Rows of `size` bytes that one segmented message carries: `segments`, fewer where they
-    would not fit in one UDP datagram (the kernel refuses the message, EMSGSIZE)."""
-    return max(1, min(segments, _MAX_UDP_PAYLOAD // max(size, 1)))
+    would not fit in one UDP datagram (the kernel refuses the message, EMSGSIZE) or exceed
+    the kernel's 64 segments; one where rows are empty."""
+    if size <= 0:
+        return 1
+    return max(1, min(segments, _MAX_UDP_SEGMENTS, _MAX_UDP_PAYLOAD // size))
 
 
 def _segment_control(size: int) -> np.ndarray:

@@ -148,10 +148,11 @@ def parse_command(argv: list[str]) -> tuple[JobParams, str, RunOptions, argparse
         ap.error("--warmup must be a number of calls (0: none)")
     if not 0 <= args.udp_segments <= MAX_SEGMENTS:
         ap.error(f"--udp-segments must be from 1 to {MAX_SEGMENTS}, or 0 for the default")
-    try:
-        default_segments()  # said here, once, not by every rank after the rendezvous
-    except ValueError as e:
-        ap.error(str(e))
+    if not args.udp_segments:
+        try:
+            default_segments()  # said here, once, not by every rank after the rendezvous
+        except ValueError as e:
+            ap.error(str(e))
     if not 0 <= args.gather_max <= 1:  # (NaN too)
         ap.error("--gather-max must be seconds, from 0 (never) to 1")
     try:

@@ -128,7 +128,8 @@ def test_a_socket_that_cannot_segment_sends_every_row_one_by_one():
     try:
         payloads = np.random.default_rng(3).integers(0, 256, (50, P.PAYLOAD_BYTES),
                                                      dtype=np.uint8)
-        agent.send_rows(payloads[:20])
+        with pytest.warns(RuntimeWarning, match="UDP segmentation refused"):
+            agent.send_rows(payloads[:20])
         assert agent.segments == 1 and agent.dropped_on_send == 0
         agent.send_rows(payloads[20:])
         got = _drain(mmsg.Receiver(batch=64, slot=2048), switch, 50, P.PAYLOAD_BYTES)
@@ -167,7 +168,7 @@ def test_a_segmented_message_lost_on_send_counts_every_row_in_it(monkeypatch):
 
 def test_messages_hold_about_a_millisecond_of_a_shaped_link(monkeypatch):
     """A message's datagrams leave an emulated link together: about a millisecond's worth of
-    its frames (1358 bytes each at K=320), one at a time where a millisecond holds fewer than
+    its frames (1,350 bytes each at K=320), one at a time where a millisecond holds fewer than
     two, the default unshaped, and never more than the kernel takes."""
     frame = P.PAYLOAD_BYTES + 42
     for mbps in (2, 10, 20, 50, 80, 100, 1000, 100_000):
@@ -191,6 +192,7 @@ def test_a_message_never_holds_more_than_one_udp_datagram_can():
     holds: a message takes 50 of them, and a refused one counts those 50 lost."""
     assert mmsg.per_message(64, P.PAYLOAD_BYTES) == 65507 // P.PAYLOAD_BYTES == 50
     assert mmsg.per_message(64, 100) == 64 and mmsg.per_message(8, 70000) == 1
+    assert mmsg.per_message(100, 10) == 64 and mmsg.per_message(8, 0) == 1
     a, b = _pair()
     try:
         rows = np.random.default_rng(5).integers(0, 256, (256, P.PAYLOAD_BYTES), dtype=np.uint8)
@@ -200,3 +202,21 @@ def test_a_message_never_holds_more_than_one_udp_datagram_can():
     finally:
         a.close()
         b.close()
+
+
+def test_a_kernel_that_does_not_know_segmentation_is_never_asked(monkeypatch):
+    """Before Linux 4.18 the kernel ignores UDP_SEGMENT and would send a whole message as one
+    fragmented datagram, which no switch aggregates: such a socket sends one datagram per
+    row from the start."""
+    monkeypatch.setattr(transport, "_can_segment", lambda sock: False)
+    agent = UdpTransport("127.0.0.1", 0, "127.0.0.2", 9, segments=8)
+    try:
+        assert agent.segments == 1
+    finally:
+        agent.close()
+    monkeypatch.undo()
+    agent = UdpTransport("127.0.0.1", 0, "127.0.0.2", 9, segments=8)
+    try:
+        assert agent.segments == 8  # this kernel knows it
+    finally:
+        agent.close()
