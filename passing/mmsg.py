@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import platform
 import socket
@@ -119,14 +120,17 @@ def per_message(segments: int, size: int) -> int:
     return max(1, min(segments, _MAX_UDP_SEGMENTS, _MAX_UDP_PAYLOAD // size))
 
 
+@functools.lru_cache(maxsize=8)
 def _segment_control(size: int) -> np.ndarray:
     """One cmsghdr {size_t len; int level; int type} carrying UDP_SEGMENT = `size` (a u16),
-    padded to CMSG_SPACE: the same buffer serves every message of a call."""
+    padded to CMSG_SPACE: the same buffer serves every message of every call with rows of
+    that size (made once, not on every send; the kernel only reads it)."""
     buf = np.zeros(_CMSG_HDR + 8, dtype=np.uint8)
     buf[:8] = np.frombuffer(np.uint64(_CMSG_HDR + 2).tobytes(), dtype=np.uint8)
     buf[8:12] = np.frombuffer(np.int32(SOL_UDP).tobytes(), dtype=np.uint8)
     buf[12:16] = np.frombuffer(np.int32(UDP_SEGMENT).tobytes(), dtype=np.uint8)
     buf[16:18] = np.frombuffer(np.uint16(size).tobytes(), dtype=np.uint8)
+    buf.flags.writeable = False  # shared by every caller (the cache)
     return buf
 
 

@@ -133,7 +133,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         stream = dict(rto=args["rto"], min_rto=min(args["min_rto"], args["rto"]),
                       gather_max=args["gather_max"],
                       deadline=args["timeout"])
-        segments = {"udp_segments": args["udp_segments"] or None}
+        udp_segments = args["udp_segments"] or None  # None: the transport's default
         # NCCL among the local GPUs when there is one per rank, gloo among CPU ranks otherwise;
         # the code path is the same (PassingAllreduce moves the leader's sum to the CPU).
         cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
@@ -173,7 +173,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             source = (lambda: JobParams.load(path)) if path else params_from_env
             passing = strategies.PassingAllreduce(params, host, session=session,
                                                   params_source=source, poll=args["pool_poll"],
-                                                  **segments, **stream)
+                                                  udp_segments=udp_segments, **stream)
             closers.append(passing.close)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
             # The start line's addresses: the host's ranks' to their leader, the leaders'
@@ -200,7 +200,8 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             dist.init_process_group("gloo", rank=ranks.rank, world_size=sum(ranks.local_size),
                                     init_method=f"tcp://{first}:{port}")
             if args["strategy"] == "ina":
-                ina = strategies.InaAllreduce(params, host, rank, **segments, **stream)
+                ina = strategies.InaAllreduce(params, host, rank, udp_segments=udp_segments,
+                                              **stream)
                 closers.append(ina.streamer.close)
                 allreduce, stats = ina.allreduce, ina.streamer.stats
             else:

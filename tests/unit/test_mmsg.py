@@ -103,12 +103,18 @@ def _drain(rx: mmsg.Receiver, sock: socket.socket, n: int, size: int) -> list[by
 def test_segmented_messages_arrive_as_the_same_datagrams_in_order(segments, n):
     """UDP segmentation changes how rows reach the kernel, not what the receiver sees: one
     datagram per row, in order, a short last message included."""
+    _send_and_take(np.random.default_rng(n).integers(0, 256, (n, 1316), dtype=np.uint8),
+                   segments)
+
+
+def _send_and_take(rows: np.ndarray, segments: int) -> None:
+    """`rows` sent `segments` per message arrive as one datagram each, in order, and nothing
+    else does."""
     a, b = _pair()
     try:
-        rows = np.random.default_rng(n).integers(0, 256, (n, 1316), dtype=np.uint8)
-        assert mmsg.send_rows(a, rows, segments) == (n, 0)
-        rx = mmsg.Receiver(batch=128, slot=2048)
-        assert _drain(rx, b, n, 1316) == [r.tobytes() for r in rows]
+        assert mmsg.send_rows(a, rows, segments) == (len(rows), 0)
+        rx = mmsg.Receiver(batch=256, slot=2048)
+        assert _drain(rx, b, len(rows), rows.shape[1]) == [r.tobytes() for r in rows]
         assert len(rx.receive(b)[1]) == 0
     finally:
         a.close()
@@ -193,15 +199,8 @@ def test_a_message_never_holds_more_than_one_udp_datagram_can():
     assert mmsg.per_message(64, P.PAYLOAD_BYTES) == 65507 // P.PAYLOAD_BYTES == 50
     assert mmsg.per_message(64, 100) == 64 and mmsg.per_message(8, 70000) == 1
     assert mmsg.per_message(100, 10) == 64 and mmsg.per_message(8, 0) == 1
-    a, b = _pair()
-    try:
-        rows = np.random.default_rng(5).integers(0, 256, (256, P.PAYLOAD_BYTES), dtype=np.uint8)
-        assert mmsg.send_rows(a, rows, 64) == (256, 0)
-        got = _drain(mmsg.Receiver(batch=256, slot=2048), b, 256, P.PAYLOAD_BYTES)
-        assert got == [r.tobytes() for r in rows]
-    finally:
-        a.close()
-        b.close()
+    _send_and_take(np.random.default_rng(5).integers(0, 256, (256, P.PAYLOAD_BYTES),
+                                                     dtype=np.uint8), 64)
 
 
 def test_a_kernel_that_does_not_know_segmentation_is_never_asked(monkeypatch):
