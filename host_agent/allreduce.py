@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from host_agent import local_stage
 from host_agent.fixed_point import NonFiniteError
+from host_agent.local_channel import ChannelBroken
 from host_agent.pool_move import Policy, PooledStreamer
 from host_agent.scratch import Scratch
 from host_agent.session import agree_in_group
@@ -177,9 +178,14 @@ class PassingAllreduce:
         See docs/pytorch.md, "Stragglers"."""
         if not self.quorum_mode:
             return 0
-        count = torch.zeros(1, dtype=torch.int64, device=device)
-        if self.is_leader and self.stream is not None:
-            count[0] = self.stream.calls_ready(numel)
+        ready = self.stream.calls_ready(numel) if self.is_leader and self.stream else 0
+        stage = self._stage
+        if stage is not None and stage.shared and stage.links:
+            try:
+                return stage.share_count(ready)
+            except ChannelBroken as e:
+                raise AllreduceError(str(e)) from None
+        count = torch.tensor([ready], dtype=torch.int64, device=device)
         self._local.broadcast([count], _from_leader()).wait()
         return int(count.item())
 
@@ -196,23 +202,25 @@ class PassingAllreduce:
                 try:
                     if not stage.agree():
                         stage = None  # the ranks do not share it: gloo, now and from now on
-                except local_stage.LocalStageMismatch as e:
+                except (local_stage.LocalStageMismatch, ChannelBroken) as e:
                     raise AllreduceError(str(e)) from None
             if stage is None:
                 self._local.reduce([local_sum], _reduce_to_leader()).wait()
-            status = torch.zeros(_STATUS_BYTES, dtype=torch.uint8, device=work.device)
+            code, quorum, message = _OK, 0, ""
             if self.is_leader:
                 code, message = self._leader(stage, local_sum, work, divide_by)
-                encoded = message.encode()[:_STATUS_BYTES - 2]
-                status[0] = code
-                status[1] = self.stream is not None and self.stream.cfg.patience is not None
-                status[2:2 + len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
-            self._local.broadcast([status], _from_leader()).wait()
-            code = int(status[0])
-            self.quorum_mode = bool(status[1])
+                quorum = int(self.stream is not None and self.stream.cfg.patience is not None)
+            if stage is not None and stage.links:
+                try:
+                    code, quorum, message = stage.share_status(code, quorum, message)
+                except ChannelBroken as e:
+                    raise AllreduceError(str(e)) from None
+            else:
+                code, quorum, message = self._broadcast_status(code, quorum, message,
+                                                               work.device)
+            self.quorum_mode = bool(quorum)
             if code != _OK:
-                message = bytes(status[2:].cpu().tolist()).rstrip(b"\0").decode(errors="replace")
-                raise AllreduceError(message or _MESSAGES[code])
+                raise AllreduceError(message or _MESSAGES.get(code, "the leader failed"))
             if stage is None:
                 self._local.broadcast([work], _from_leader()).wait()
             elif not self.is_leader:
@@ -220,6 +228,18 @@ class PassingAllreduce:
             if work is not t:
                 t.copy_(work)
         return tensor
+
+    def _broadcast_status(self, code: int, quorum: int, message: str,
+                          device: torch.device) -> tuple[int, int, str]:
+        """The leader's status on every local rank through the group (no channel)."""
+        status = torch.zeros(_STATUS_BYTES, dtype=torch.uint8, device=device)
+        if self.is_leader:
+            encoded = message.encode()[:_STATUS_BYTES - 2]
+            status[0], status[1] = code, quorum
+            status[2:2 + len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        self._local.broadcast([status], _from_leader()).wait()
+        text = bytes(status[2:].cpu().tolist()).rstrip(b"\0").decode(errors="replace")
+        return int(status[0]), int(status[1]), text
 
     def _leader(self, stage: local_stage.SharedLocalStage | None, local_sum: torch.Tensor,
                 work: torch.Tensor, divide_by: int) -> tuple[int, str]:

@@ -1,7 +1,9 @@
 """The shared-memory local stage (host_agent/local_stage.py) with real processes in a gloo
-group: every call's sum and result right on every rank, through mappings that grow; ranks
-that do not share the memory fall back to gloo, never summing without a rank; ranks that call
-with different sizes fail together; no file is left behind."""
+group: every call's sum and result right on every rank, through mappings that grow, the
+status over the ranks' channel (host_agent/local_channel.py); ranks that do not share the
+memory fall back to gloo, never summing without a rank; ranks that call with different sizes
+fail together, whether the group or the channel finds it; a rank that exits makes the others
+fail, not hang; no file is left behind."""
 
 from __future__ import annotations
 
@@ -21,7 +23,16 @@ SIZES = [(10, "float32"), (1000, "float16"), (5, "float64"), (50_000, "bfloat16"
          (7, "float32")]
 
 
-def worker(rank: int, port: int, shm_dir: str, mismatch: bool, out) -> None:
+# scenario: how rank 2 departs from the others, and at which call (index into SIZES)
+SCENARIOS = {
+    "mismatch-first": (0, 1),  # one element more in the first call (the group finds it)
+    "mismatch-later": (2, 1),  # ... in the third (5 elements: it fits, the channel finds it)
+    "mismatch-grow": (2, 1995),  # ... a size that needs a larger mapping on rank 2 alone
+    "exit": (2, None),  # rank 2 exits before its third call
+}
+
+
+def worker(rank: int, port: int, shm_dir: str, scenario: str, out) -> None:
     try:
         import errno
 
@@ -29,6 +40,7 @@ def worker(rank: int, port: int, shm_dir: str, mismatch: bool, out) -> None:
         import torch.distributed as dist
 
         from host_agent import local_stage
+        from host_agent.local_channel import ChannelBroken
         from host_agent.local_stage import LocalStageMismatch, SharedLocalStage
 
         if shm_dir.endswith("{nospace}"):  # rank 1's /dev/shm is full
@@ -41,17 +53,24 @@ def worker(rank: int, port: int, shm_dir: str, mismatch: bool, out) -> None:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=RANKS)
         stage = SharedLocalStage(dist.group.WORLD, rank, RANKS, "passing-test-stage")
-        calls = []
-        for n, dtype in SIZES:
-            if mismatch and rank == 2:
-                n += 1
+        calls, channel = [], []
+        at, more = SCENARIOS.get(scenario, (None, None))
+        for i, (n, dtype) in enumerate(SIZES):
+            if rank == 2 and i == at:
+                if more is None:  # said first, as run_ranks waits for every rank's word
+                    out.put({"rank": rank, "exited": True})
+                    out.close()
+                    out.join_thread()
+                    os._exit(0)
+                n += more
             local = torch.arange(n, dtype=torch.float32) * (rank + 1) + 0.25
             result = torch.zeros(n, dtype=getattr(torch, dtype))
             stage.put(local, result.dtype)
             try:
                 shared = stage.agree()
-            except LocalStageMismatch as e:
-                calls.append(("mismatch", str(e)))
+            except (LocalStageMismatch, ChannelBroken) as e:
+                calls.append(("mismatch" if isinstance(e, LocalStageMismatch) else "broken",
+                              str(e)))
                 break
             if not shared:  # what PassingAllreduce does then: gloo for this call
                 dist.reduce(local, 0)
@@ -61,8 +80,19 @@ def worker(rank: int, port: int, shm_dir: str, mismatch: bool, out) -> None:
                 result.copy_(local * 2)
                 if shared:
                     stage.publish(result)
-            # The status broadcast of PassingAllreduce: the result is there after it.
-            dist.barrier()
+            # The status, as PassingAllreduce sends it: the result is there after it.
+            channel.append(len(stage.links))
+            if stage.links:
+                try:
+                    code, _, message = stage.share_status(0, 0, "")
+                except ChannelBroken as e:
+                    calls.append(("broken", str(e)))
+                    break
+                if code:
+                    calls.append(("status", message))
+                    break
+            else:
+                dist.barrier()
             if not shared:
                 dist.broadcast(result, 0)
             elif rank != 0:
@@ -70,15 +100,16 @@ def worker(rank: int, port: int, shm_dir: str, mismatch: bool, out) -> None:
             calls.append((shared, local.numpy().copy() if rank == 0 else None,
                           result.float().numpy().copy()))
         stage.close()
-        out.put({"rank": rank, "calls": calls, "gen": stage.gen})
-        dist.destroy_process_group()
+        out.put({"rank": rank, "calls": calls, "gen": stage.gen, "channel": channel})
+        if scenario != "exit":
+            dist.destroy_process_group()
     except Exception:
         out.put({"rank": rank, "error": traceback.format_exc()})
 
 
-def run(shm_dir: str, mismatch: bool = False) -> dict[int, dict]:
+def run(shm_dir: str, scenario: str = "", ranks: int = RANKS) -> dict[int, dict]:
     port = free_port()
-    return run_ranks(worker, RANKS, lambda r: (r, port, shm_dir, mismatch), timeout=120)
+    return run_ranks(worker, ranks, lambda r: (r, port, shm_dir, scenario), timeout=120)
 
 
 def expected(n: int) -> np.ndarray:
@@ -100,7 +131,26 @@ def test_every_call_sums_every_rank_and_hands_back_the_result(tmp_path: Path):
             rounded = torch.from_numpy(want).to(getattr(torch, dtype)).float().numpy()
             assert np.array_equal(result, rounded), (r, n, dtype)
         assert results[r]["gen"] == 3  # grown three times, alike on every rank
-    assert list(tmp_path.iterdir()) == []  # every mapping's name removed once all had it
+        # The status of every call went over the channel, made in the first call.
+        assert results[r]["channel"] == [RANKS - 1 if r == 0 else 1] * len(SIZES)
+    # every mapping's name and the channel's socket removed once all had them
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_with_no_room_for_a_socket_name_keeps_the_group_for_the_status(tmp_path):
+    """A socket's name is at most 107 bytes: in a deeper directory the channel cannot be
+    made, on any rank, and every call goes on with the shared memory and the group's
+    collectives, every sum right."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    results = run(str(deep))
+    for r in range(RANKS):
+        calls = results[r]["calls"]
+        assert [c[0] for c in calls] == [True] * len(SIZES)
+        for (n, _), (_, _, result) in zip(SIZES, calls, strict=True):
+            assert np.allclose(result, expected(n) * 2, rtol=1e-2)
+        assert results[r]["channel"] == [0] * len(SIZES)
+    assert list(deep.iterdir()) == []
 
 
 @pytest.mark.parametrize("dirs", ["separate", "missing", "full"])
@@ -145,9 +195,34 @@ def test_empty_tensors_and_other_devices_keep_gloo():
     assert not usable(None, 1, torch.zeros(4))
 
 
-def test_ranks_calling_with_different_sizes_all_fail_with_a_clear_error(tmp_path):
-    results = run(str(tmp_path), mismatch=True)
+@pytest.mark.parametrize("scenario", ["mismatch-first", "mismatch-later", "mismatch-grow"])
+def test_ranks_calling_with_different_sizes_all_fail_with_a_clear_error(scenario, tmp_path):
+    """Found by the group's all-reduce in the first call; later by the leader over the
+    channel, which tells a rank waiting for the status in the status and one waiting for a
+    verdict (rank 2, when it needed a larger mapping) in a verdict. Every call
+    before is right on every rank."""
+    results = run(str(tmp_path), scenario)
+    at = SCENARIOS[scenario][0]
     for r in range(RANKS):
-        (kind, message), = results[r]["calls"]
-        assert kind == "mismatch"
+        calls = results[r]["calls"]
+        assert len(calls) == at + 1, (r, calls)
+        for (n, _), (shared, _, result) in zip(SIZES, calls[:at], strict=False):
+            assert shared and np.allclose(result, expected(n) * 2, rtol=1e-2)
+        kind, message = calls[-1]
+        waits_for_status = at and r > 0 and not (r == 2 and scenario == "mismatch-grow")
+        assert kind == ("status" if waits_for_status else "mismatch"), (r, kind)
         assert "different sizes or dtypes" in message
+
+
+def test_a_rank_that_exits_makes_the_others_fail_not_hang(tmp_path):
+    """Rank 2 exits after two calls: the leader finds its end closed when it waits for its
+    READY and says so to rank 1, which was waiting for the status; both raise."""
+    results = run(str(tmp_path), "exit")
+    assert results[2] == {"rank": 2, "exited": True}
+    for r in (0, 1):
+        calls = results[r]["calls"]
+        assert len(calls) == 3
+        for (n, _), (shared, _, result) in zip(SIZES, calls[:2], strict=False):
+            assert shared and np.allclose(result, expected(n) * 2, rtol=1e-2)
+        assert calls[2][0] == "broken"
+        assert "local rank 2" in calls[2][1]
