@@ -218,9 +218,9 @@ class PassingAllreduce:
             else:
                 code, quorum, message = self._broadcast_status(code, quorum, message,
                                                                work.device)
-            self.quorum_mode = bool(quorum)
             if code != _OK:
                 raise AllreduceError(message or _MESSAGES.get(code, "the leader failed"))
+            self.quorum_mode = bool(quorum)
             if stage is None:
                 self._local.broadcast([work], _from_leader()).wait()
             elif not self.is_leader:

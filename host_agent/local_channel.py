@@ -30,6 +30,7 @@ import struct
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 READY, VERDICT, STATUS, COUNT, HELLO, WELCOME = range(1, 7)
@@ -39,9 +40,13 @@ _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX = 4096
 
 
-def default_timeout() -> float:
-    """Seconds a rank waits for another before giving up: the process groups' default."""
-    limit = getattr(dist, "default_pg_timeout", None)
+def group_timeout(group: dist.ProcessGroup | None) -> float:
+    """Seconds a rank waits for another before giving up: the group's own timeout (as gloo
+    waits in its collectives), else the process groups' default."""
+    try:
+        limit = group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError, TypeError):
+        limit = getattr(dist, "default_pg_timeout", None)
     return limit.total_seconds() if isinstance(limit, timedelta) else 1800.0
 
 
@@ -86,7 +91,28 @@ class Link:
         self.received += 1
         return kind, data[_HEAD.size:]
 
+    def leftover(self) -> tuple[int, bytes] | None:
+        """A message waiting unread, if any (kind, payload), whatever its number: what a
+        leader that has gone said last, e.g. why."""
+        try:
+            self.sock.setblocking(False)  # (with a timeout set, Python would wait for one)
+            data = self.sock.recv(_MAX)
+        except OSError:
+            return None
+        if len(data) < _HEAD.size:
+            return None
+        return _HEAD.unpack_from(data)[0], data[_HEAD.size:]
+
     def close(self) -> None:
+        """Closed once whatever was sent here is read: closing a unix socket with messages
+        unread resets the other end, whose next read would then fail before it reaches
+        what was last sent to it (e.g. why this end is closing)."""
+        try:
+            self.sock.setblocking(False)
+            while self.sock.recv(_MAX):
+                pass
+        except OSError:
+            pass
         self.sock.close()
 
 
@@ -130,19 +156,23 @@ def accept_all(listener: socket.socket, path: Path, tokens: list[int],
     and every rank told it is not (WELCOME 0, or its pending connection reset). The listener
     and its file are gone afterwards."""
     links: dict[int, Link] = {}
-    listener.setblocking(False)
     try:
+        listener.setblocking(False)
         while len(links) < len(tokens) - 1:
-            try:
-                sock, _ = listener.accept()
-            except BlockingIOError:
-                break  # fewer than every rank: nobody uses the channel
+            # (none left, or no descriptor for one: not every rank's, so nobody's)
+            sock, _ = listener.accept()
             rank = _check_hello(sock, tokens, links)
             if rank is None:
                 sock.close()
                 continue
-            links[rank] = link = Link(sock, rank, timeout)
+            try:
+                links[rank] = link = Link(sock, rank, timeout)
+            except OSError:
+                sock.close()
+                raise
             link.received = 1  # the hello
+    except OSError:
+        pass
     finally:
         listener.close()  # connections still pending are reset
         path.unlink(missing_ok=True)

@@ -73,7 +73,8 @@ STAGE_ENV, DIR_ENV = "PASSING_LOCAL_STAGE", "PASSING_SHM_DIR"
 SLOT_BYTES = 64  # per rank in the header: its token of the current mapping
 _TOKEN_BITS = 62
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-_READY = struct.Struct("<qBIB")  # numel, dtype code, generation, made a new mapping
+# numel, dtype code, generation, made a new mapping, elements per region before this call
+_READY = struct.Struct("<qBIBq")
 _STATUS = struct.Struct("<BB")  # code, flag; the message follows (utf-8)
 _TEXT_BYTES = 1024
 # Status codes the local stage sends itself: a mismatch the leader found over the channel, and
@@ -119,12 +120,13 @@ class SharedLocalStage:
         self.numel = 0
         self.dtype = torch.float32
         self.remapped = False  # this call needed a new mapping
+        self.before = 0  # the capacity this call found (alike on every rank, or a mismatch)
         # The channel to the leader (its links to the others on the leader), once made; tried
         # once, in the call that makes the first mapping. `broken`: why it cannot be used.
         self.links: dict[int, local_channel.Link] = {}
         self.channel_tried = False
         self.broken: str | None = None
-        self.timeout = local_channel.default_timeout()
+        self.timeout = local_channel.group_timeout(group)
         self._listener = None
 
     # -- layout: header, the other ranks' float32 inputs, the result in the tensor's dtype --
@@ -144,7 +146,7 @@ class SharedLocalStage:
         """Step 1 for a call of `local_sum` (float32, contiguous) whose result has `dtype`."""
         self.numel, self.dtype = local_sum.numel(), dtype
         self.fresh_token = self.failed = 0
-        self.remapped = False
+        self.remapped, self.before = False, self.capacity
         if not self.shared:
             return
         self.remapped = self.numel > self.capacity
@@ -195,16 +197,17 @@ class SharedLocalStage:
     def _agree_by_channel(self) -> bool:
         """True: the call goes on in shared memory; False: every rank made a new mapping,
         and all meet in the all-reduce (tokens, and the ranks' failures to map)."""
-        mine = _READY.pack(self.numel, _DTYPES.index(self.dtype) + 1, self.gen, self.remapped)
+        mine = _READY.pack(self.numel, _DTYPES.index(self.dtype) + 1, self.gen, self.remapped,
+                           self.before)
         if self.rank != 0:
-            link = self.links[0]
-            link.send(READY, mine)
+            self._send_to_leader(READY, mine)
             if not self.remapped:
                 return True  # what the leader found comes with the status
-            kind, payload = link.recv(VERDICT, STATUS)
+            kind, payload = self.links[0].recv(VERDICT, STATUS)
             if kind == STATUS:  # the leader lost another rank (BROKEN)
                 raise ChannelBroken(_status(payload)[2])
             if payload != b"\x01":
+                self._abandon()
                 raise LocalStageMismatch(_MISMATCH_TEXT)
             return False
         theirs = {}
@@ -218,11 +221,17 @@ class SharedLocalStage:
             made = len(theirs[r]) == _READY.size and _READY.unpack(theirs[r])[3]
             link.send(*((VERDICT, b"\x00") if made else
                         (STATUS, _STATUS.pack(MISMATCH, 0) + _MISMATCH_TEXT.encode())))
+        self._abandon()
         raise LocalStageMismatch(_MISMATCH_TEXT)
 
     def _agree_by_gloo(self) -> bool:
         code = _DTYPES.index(self.dtype) + 1
-        mine = [self.numel, -self.numel, code, -code, self.gen, -self.gen, self.failed]
+        # What must be alike on every rank, each with its negation (maximum and minimum in one
+        # all-reduce), then whether any rank failed to map, then every rank's token.
+        alike = [self.numel, code, self.gen, int(self.remapped), self.before,
+                 int(self.channel_tried)]
+        mine = [v for a in alike for v in (a, -a)] + [self.failed]
+        n = len(mine) - 1
         tokens = [0] * self.size
         tokens[self.rank] = self.fresh_token
         most = torch.tensor(mine + tokens, dtype=torch.int64)
@@ -239,19 +248,20 @@ class SharedLocalStage:
                     # in case they are on different machines).
                     self._path().unlink(missing_ok=True)
             total = [int(v) for v in most]
-            if total[:6] != mine[:6]:
+            if total[:n] != mine[:n]:
+                self._abandon()
                 raise LocalStageMismatch(_MISMATCH_TEXT)
-            if total[6]:  # some rank could not map: none uses the mapping
+            if total[n]:  # some rank could not map: none uses the mapping
                 self._give_up()
             elif self.fresh_token and self.shared:
                 seen = [int.from_bytes(self.map[r * SLOT_BYTES:r * SLOT_BYTES + 8], "little")
                         for r in range(self.size)]
-                if seen != total[7:]:
+                if seen != total[n + 1:]:
                     self._give_up()
             if first:
-                self.channel_tried = True  # on every rank alike: the same call made a mapping
+                self.channel_tried = True  # on every rank alike (checked above)
                 if self.shared:
-                    self._open_channel(total[7:])
+                    self._open_channel(total[n + 1:])
         finally:
             if self._listener is not None:
                 self._listener.close()
@@ -289,7 +299,10 @@ class SharedLocalStage:
         if self.rank == 0:
             self._tell(STATUS, _STATUS.pack(code, flag) + message.encode()[:_TEXT_BYTES])
             return code, flag, message
-        return self._hear(STATUS, _status)
+        told = self._hear(STATUS, _status)
+        if told[0] == MISMATCH:
+            self._abandon()
+        return told
 
     def share_count(self, count: int) -> int:
         """The leader's `count` on every rank, over the channel (only where `links`)."""
@@ -298,6 +311,18 @@ class SharedLocalStage:
             return count
         return self._hear(local_channel.COUNT,
                           lambda p: int.from_bytes(p, "little", signed=True))
+
+    def _send_to_leader(self, kind: int, payload: bytes) -> None:
+        """Another rank: a message to the leader; if the leader is gone, ChannelBroken with
+        what it said last, where that is why (a BROKEN status)."""
+        link = self.links[0]
+        try:
+            link.send(kind, payload)
+        except ChannelBroken:
+            said = link.leftover()
+            if said is not None and said[0] == STATUS and len(said[1]) >= _STATUS.size:
+                raise ChannelBroken(_status(said[1])[2]) from None
+            raise
 
     def _tell(self, kind: int, payload: bytes) -> None:
         """The leader: one message to every other rank, each told even if one is gone."""
@@ -355,6 +380,14 @@ class SharedLocalStage:
     def _give_up(self) -> None:
         self.shared = False
         self.close()
+
+    def _abandon(self) -> None:
+        """A mismatch, found on every rank in the same call: the ranks' mappings may now
+        differ in generation and size, so none is used again; every later call goes through
+        gloo (whose collectives check their sizes). A file made in this call goes too."""
+        if self.fresh_token:
+            self._path().unlink(missing_ok=True)
+        self._give_up()
 
     def gather(self, local_sum: torch.Tensor) -> None:
         """Step 3, the leader: the other ranks' tensors added to its own (in rank order)."""

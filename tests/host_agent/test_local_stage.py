@@ -65,13 +65,17 @@ def worker(rank: int, port: int, shm_dir: str, scenario: str, out) -> None:
                 n += more
             local = torch.arange(n, dtype=torch.float32) * (rank + 1) + 0.25
             result = torch.zeros(n, dtype=getattr(torch, dtype))
-            stage.put(local, result.dtype)
-            try:
-                shared = stage.agree()
-            except (LocalStageMismatch, ChannelBroken) as e:
-                calls.append(("mismatch" if isinstance(e, LocalStageMismatch) else "broken",
-                              str(e)))
-                break
+            shared = stage.shared  # as PassingAllreduce: gloo once the stage is given up
+            if shared:
+                stage.put(local, result.dtype)
+                try:
+                    shared = stage.agree()
+                except (LocalStageMismatch, ChannelBroken) as e:
+                    broken = isinstance(e, ChannelBroken)
+                    calls.append(("broken" if broken else "mismatch", str(e)))
+                    if broken:
+                        break
+                    continue
             if not shared:  # what PassingAllreduce does then: gloo for this call
                 dist.reduce(local, 0)
             elif rank == 0:
@@ -90,7 +94,7 @@ def worker(rank: int, port: int, shm_dir: str, scenario: str, out) -> None:
                     break
                 if code:
                     calls.append(("status", message))
-                    break
+                    continue
             else:
                 dist.barrier()
             if not shared:
@@ -199,19 +203,28 @@ def test_empty_tensors_and_other_devices_keep_gloo():
 def test_ranks_calling_with_different_sizes_all_fail_with_a_clear_error(scenario, tmp_path):
     """Found by the group's all-reduce in the first call; later by the leader over the
     channel, which tells a rank waiting for the status in the status and one waiting for a
-    verdict (rank 2, when it needed a larger mapping) in a verdict. Every call
-    before is right on every rank."""
+    verdict (rank 2, when it needed a larger mapping) in a verdict. Every call before is
+    right on every rank; so is every call after, through gloo: after a mismatch the ranks'
+    mappings may differ in size and generation (rank 2 grew alone), and one used again could
+    put the result where another rank does not read it. No file is left."""
     results = run(str(tmp_path), scenario)
     at = SCENARIOS[scenario][0]
     for r in range(RANKS):
         calls = results[r]["calls"]
-        assert len(calls) == at + 1, (r, calls)
-        for (n, _), (shared, _, result) in zip(SIZES, calls[:at], strict=False):
-            assert shared and np.allclose(result, expected(n) * 2, rtol=1e-2)
-        kind, message = calls[-1]
-        waits_for_status = at and r > 0 and not (r == 2 and scenario == "mismatch-grow")
-        assert kind == ("status" if waits_for_status else "mismatch"), (r, kind)
-        assert "different sizes or dtypes" in message
+        assert len(calls) == len(SIZES), (r, calls)
+        for i, ((n, _), call) in enumerate(zip(SIZES, calls, strict=True)):
+            if i == at:
+                kind, message = call
+                waits_for_status = at and r > 0 and not (r == 2 and scenario == "mismatch-grow")
+                assert kind == ("status" if waits_for_status else "mismatch"), (r, kind)
+                assert "different sizes or dtypes" in message
+                continue
+            shared, _, result = call
+            assert shared == (i < at), (r, i)
+            assert np.allclose(result, expected(n) * 2, rtol=1e-2), (r, i)
+        after = len(SIZES) - at - 1  # calls after the mismatch: no channel, gloo's status
+        assert results[r]["channel"][len(results[r]["channel"]) - after:] == [0] * after
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_rank_that_exits_makes_the_others_fail_not_hang(tmp_path):
