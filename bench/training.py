@@ -105,7 +105,7 @@ def batch_indices(n_train: int, steps: int, global_batch: int, seed: int) -> np.
 
 def train(allreduce: Allreduce, rank: int, world: int, steps: int,
           seed: int = 0, global_batch: int = 64, lr: float = 0.1, model: str = DEFAULT_MODEL,
-          eval_every: int = 0) -> dict:
+          eval_every: int = 0, ready: Callable[[], None] | None = None) -> dict:
     """Train on this rank's shards for `steps` SGD steps, aggregating gradients with `allreduce`.
 
     `allreduce(t)` must sum `t` over all ranks (in place is fine) and return the sum; it is called
@@ -121,6 +121,9 @@ def train(allreduce: Allreduce, rank: int, world: int, steps: int,
 
     `model` names the MLP (MODELS). With `eval_every` > 0 the test accuracy is also measured
     before the first step, every `eval_every` steps and after the last, the clock stopped.
+    `ready`, if given, is called once just before the clock starts (after the data and the
+    model are loaded): a meeting of every rank, so that the time does not hold the wait for
+    the rank that finished loading last, which differs from run to run by hundreds of ms.
 
     Returns steps, seconds (the step loop only, evaluation excluded), iters_per_s, final_loss
     (global-batch mean loss of the last step, before its update), accuracy (on the test set after
@@ -154,6 +157,8 @@ def train(allreduce: Allreduce, rank: int, world: int, steps: int,
 
     curve: list[tuple[float, int, float]] = [(0.0, 0, accuracy())] if eval_every else []
     evaluating = 0.0  # seconds spent on evaluations, not counted as training
+    if ready is not None:
+        ready()
     start = time.perf_counter()
     for s in range(steps):
         idx = batches[s]

@@ -216,7 +216,9 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                             for h in range(len(hosts)) for r in ranks.host_ranks(h)])
         if args["train_steps"]:
             check.forget()
-            out.put(_train(allreduce, ranks, args, stats))
+            # The clock starts with every rank of every host at the start line.
+            out.put(_train(allreduce, ranks, args, stats,
+                           lambda: line.meet(0, args["rendezvous_timeout"])))
             dist.destroy_process_group()
             return
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
@@ -313,15 +315,15 @@ def _stream_counts(stats) -> dict:
             "gathered_s": stats.gathered_s if stats else 0.0}
 
 
-def _train(allreduce, ranks, args: dict, stats) -> dict:
+def _train(allreduce, ranks, args: dict, stats, ready) -> dict:
     """The training workload (bench/training.py) with this strategy's all-reduce: every rank
-    of every host is one data-parallel worker."""
+    of every host is one data-parallel worker; `ready` meets the others before the clock."""
     from bench.training import train
 
     world = sum(ranks.local_size)
     res = train(allreduce, ranks.rank, world, args["train_steps"],
                 seed=args["seed"], global_batch=args["global_batch"] or 8 * world,
-                model=args["model"], eval_every=args["eval_every"])
+                model=args["model"], eval_every=args["eval_every"], ready=ready)
     res.update({"ok": True, "rank": ranks.local_rank, "strategy": args["strategy"],
                 "world": world, **_stream_counts(stats)})
     return res

@@ -151,3 +151,24 @@ def test_a_curve_does_not_change_what_is_learned():
     curved = train(identity, 0, 1, 30, seed=1, eval_every=7)
     assert plain["param_checksum"] == curved["param_checksum"]
     assert plain["curve"] == [] and [s for _, s, _ in curved["curve"]] == [0, 7, 14, 21, 28, 30]
+
+
+def test_the_clock_starts_after_every_rank_is_ready():
+    """`ready` (the benchmark's start line) is called once, before the first all-reduce, and
+    its wait is not training time: a rank that waited 1.5 s for the others to load reports
+    the same run as one that did not wait."""
+    import time
+
+    events = []
+
+    def ready():
+        events.append("ready")
+        time.sleep(1.5)
+
+    def allreduce(t):
+        events.append("allreduce")
+        return t
+
+    res = train(allreduce, 0, 1, steps=3, ready=ready)
+    assert events == ["ready", "allreduce", "allreduce", "allreduce"]
+    assert res["seconds"] < 1.5
