@@ -47,9 +47,20 @@ static double shift(int field, int s_bits) {
 
 int wc_abi(void) { return X_LEN * 1000 + K; }
 
+/* The fragment a slot's next packet carries: its exponent round (step 0, agreeing first) or a
+ * data round. */
+static int64_t next_fragment(int64_t s, int64_t st, int64_t used, int predicted) {
+    if (predicted)
+        return s + st * used;
+    return st == 0 ? s : s + (st - 1) * used;
+}
+
 /* _send without the transmission: the next packet of each of `slots` written into its row of
  * the call's payloads, and the slot's state set as waiting on it (sequence numbers seq0, ...).
- * res[0] += packets that abstain, res[1] += packets that ask for CLOSE. */
+ * res[0] += packets that abstain, res[1] += packets that ask for CLOSE. Every slot is checked
+ * first, nothing written if one is not of this call or has no next packet: res[2] is then its
+ * position plus one (the caller raises; a wrong index must not read or write past the call's
+ * arrays). */
 void wc_send(const uint64_t *x, const int64_t *slots, int64_t n, int64_t seq0, int64_t *res) {
     const uint8_t *local_exp = PTR(uint8_t, X_LOCAL_EXP), *agreed = PTR(uint8_t, X_AGREED);
     const uint8_t *predicted = PTR(uint8_t, X_PREDICTED);
@@ -68,12 +79,16 @@ void wc_send(const uint64_t *x, const int64_t *slots, int64_t n, int64_t seq0, i
     const int f32 = (int)x[X_BLOCKS_F32];
     const uint32_t tag = (uint32_t)x[X_TAG];
     for (int64_t i = 0; i < n; i++) {
+        const int64_t s = slots[i];
+        const int64_t f = s >= 0 && s < used ? next_fragment(s, step[s], used, predicted) : -1;
+        if (f < 0 || f >= nfrag || step[s] < 0) {
+            res[2] = i + 1;
+            return;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
         const int64_t s = slots[i], st = step[s];
-        int64_t f;
-        if (predicted)
-            f = s + st * used;
-        else
-            f = st == 0 ? s : s + (st - 1) * used;
+        const int64_t f = next_fragment(s, st, used, predicted);
         const int own = local_exp[f];
         int scale, data, abstain;
         if (predicted) {

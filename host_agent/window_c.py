@@ -148,8 +148,12 @@ class CompiledWindow:
         """Build the next packet of each of `slots` (int64) into the call's payloads and set
         the slots waiting on them; (packets that abstain, packets that ask for CLOSE)."""
         slots = np.ascontiguousarray(slots, dtype=np.int64)
-        res = np.zeros(2, dtype=np.int64)
+        res = np.zeros(3, dtype=np.int64)
         self.dll.wc_send(ctx.ctypes.data, slots.ctypes.data, slots.size, seq0, res.ctypes.data)
+        if res[2]:
+            raise RuntimeError(
+                f"agent window: slot {int(slots[res[2] - 1])} has no next packet in this call "
+                "(a bug in the window's bookkeeping; nothing was sent)")
         return int(res[0]), int(res[1])
 
     def take(self, ctx: np.ndarray, rows: np.ndarray, now: float) -> Taken:

@@ -214,6 +214,43 @@ def test_compiled_window_sends_and_takes_what_numpy_does(seed, clock):
     assert rounds  # the batches took results, not only near misses
 
 
+@pytest.mark.parametrize("which", ["beyond the call", "negative", "past its last fragment"])
+def test_a_slot_with_no_next_packet_is_refused_before_anything_is_written(which, clock):
+    """The window's C trusts no slot index it is given: one that is not of the call, or whose
+    slot has sent its last fragment, raises, and no array of the call, no byte and no count
+    has changed (nothing read or written past the call's arrays)."""
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        pair, calls = random_state(rng, clock)
+        call, streamer = calls[1], pair[1]
+        idle = np.flatnonzero(~call.pending)
+        good = [s for s in idle if call.fragments(np.array([s]))[0] < call.nfrag]
+        if which == "past its last fragment":
+            # the last fragment sent: the step after it
+            done = [s for s in good if call.fragments(np.array([s]))[0] + call.used
+                    >= call.nfrag]
+            if not done:
+                continue
+            bad = done[0]
+            call.step[bad] += 1
+            calls[0].step[bad] += 1
+            good = [s for s in good if s != bad]
+        else:
+            bad = call.used + 2 if which == "beyond the call" else -1
+        if not good:
+            continue
+        slots = np.array(good[:3] + [bad], dtype=np.int64)
+        before = {name: getattr(call, name).tobytes() for name in CALL_ARRAYS}
+        seq, packets = streamer._seq, streamer.stats.packets
+        with pytest.raises(RuntimeError, match="no next packet"):
+            streamer._send(call, slots)
+        assert {name: getattr(call, name).tobytes() for name in CALL_ARRAYS} == before
+        assert (streamer._seq, streamer.stats.packets) == (seq, packets)
+        assert streamer.transport.sent == []
+        return
+    pytest.fail("no random state had such a slot")
+
+
 @pytest.mark.parametrize("loss", [0.0, 0.05])
 def test_whole_calls_give_the_same_sums_on_both_paths(loss, monkeypatch):
     """Four hosts, calls that agree first and calls that speculate (the same size again),
