@@ -133,6 +133,7 @@ class PassingAllreduce:
         self._stage_name = "passing-{:016x}-j{}-{}-{}".format(
             self.session, params.job_id, "".join(c if c.isalnum() else "_" for c in host), seq)
         self._stage: local_stage.SharedLocalStage | None = None
+        self._stage_allowed: bool | None = None  # agreed by the local ranks at the first call
         if self.is_leader:
             if transport is None:
                 transport = UdpTransport(h.host_ip, params.agent_udp_port, h.switch_ip,
@@ -162,7 +163,10 @@ class PassingAllreduce:
     def _shared_stage(self, work: torch.Tensor) -> local_stage.SharedLocalStage | None:
         """The shared-memory local stage for a call on `work`, or None: gloo's collectives.
         Every local rank decides alike (the same group, device and dtype)."""
-        if not local_stage.usable(self._local, self.local_size, work):
+        if self._stage_allowed is None:  # the first call, alike on every local rank
+            self._stage_allowed = local_stage.allowed(self._local, self.local_size)
+        if not self._stage_allowed or not local_stage.usable(self._local, self.local_size,
+                                                              work):
             return None
         if self._stage is None:
             self._stage = local_stage.SharedLocalStage(self._local, self._local.rank(),

@@ -91,16 +91,33 @@ class LocalStageMismatch(RuntimeError):
 
 def usable(group: dist.ProcessGroup, size: int, tensor: torch.Tensor) -> bool:
     """Whether a call on `tensor` may go through shared memory: CPU ranks in a gloo group of
-    more than one, not turned off by PASSING_LOCAL_STAGE=gloo."""
+    more than one (and `allowed`, agreed once, says the ranks may)."""
     if size < 2 or tensor.device.type != "cpu" or tensor.dtype not in _DTYPES \
             or tensor.numel() == 0:
         return False
-    if os.environ.get(STAGE_ENV, "").strip().lower() == "gloo":
-        return False
+    return _is_gloo(group)
+
+
+def _is_gloo(group: dist.ProcessGroup) -> bool:
     try:
         return dist.get_backend(group) == "gloo"
     except (RuntimeError, ValueError):
         return False
+
+
+def allowed(group: dist.ProcessGroup, size: int) -> bool:
+    """Whether the ranks of `group` may use shared memory at all: False if any of them has
+    PASSING_LOCAL_STAGE=gloo. Every local rank calls it once, at its first call, on a gloo
+    group of more than one (one all-reduce of a flag; else no collective, and False): each
+    process reads its own environment, and ranks that chose differently would meet in
+    different collectives (gloo's reduce against the stage's all-reduce), which can pair
+    buffers of the same size and sum one rank's integers as another's floats."""
+    if size < 2 or not _is_gloo(group):
+        return False
+    refuses = os.environ.get(STAGE_ENV, "").strip().lower() == "gloo"
+    flag = torch.tensor([int(refuses)], dtype=torch.int64)
+    dist.all_reduce(flag, group=group, op=dist.ReduceOp.MAX)
+    return not int(flag[0])
 
 
 class SharedLocalStage:

@@ -239,3 +239,28 @@ def test_a_rank_that_exits_makes_the_others_fail_not_hang(tmp_path):
             assert shared and np.allclose(result, expected(n) * 2, rtol=1e-2)
         assert calls[2][0] == "broken"
         assert "local rank 2" in calls[2][1]
+
+
+def choice_worker(rank: int, port: int, refusing: list[int], out) -> None:
+    try:
+        import torch.distributed as dist
+
+        from host_agent import local_stage
+
+        if rank in refusing:
+            os.environ[local_stage.STAGE_ENV] = "gloo"
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=RANKS)
+        out.put({"rank": rank, "allowed": local_stage.allowed(dist.group.WORLD, RANKS)})
+        dist.destroy_process_group()
+    except Exception:
+        out.put({"rank": rank, "error": traceback.format_exc()})
+
+
+@pytest.mark.parametrize("refusing", [[], [1], [0, 2]])
+def test_the_ranks_agree_on_whether_shared_memory_may_be_used(refusing):
+    """PASSING_LOCAL_STAGE is each process's own: one rank with =gloo turns the shared stage
+    off for all (ranks that chose differently would meet in different collectives)."""
+    port = free_port()
+    results = run_ranks(choice_worker, RANKS, lambda r: (r, port, refusing), timeout=120)
+    assert [results[r]["allowed"] for r in range(RANKS)] == [not refusing] * RANKS
