@@ -13,7 +13,7 @@ number on that connection in that direction, so a receiver that is not where the
 (an interrupted call) finds out at the next message instead of reading the wrong one. A
 connection ends when its process does: the other side's next read says so at once, as a
 broken TCP connection does for gloo. A rank that stays silent is given up after
-`timeout` (the process group's default, 30 minutes).
+`timeout` (the group's own timeout, as gloo's collectives wait: group_timeout).
 
 Who may connect: the listening socket is a file beside the shared file, so only processes of
 the same machine (and mount) reach it; the leader takes a connection only from a process of

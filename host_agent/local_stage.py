@@ -12,18 +12,19 @@ One call, every local rank (PassingAllreduce.allreduce):
 1. `put(local_sum)`: a rank other than the leader copies its float32 tensor into its region
    of the mapping (made larger first if the call needs more room than the mapping has).
 2. `agree()`: every rank other than the leader sends it READY (numel, dtype code, generation
-   of the mapping, whether this call made a new one); the leader reads every READY and
-   compares them with its own. All alike and no new mapping: the call goes on, nothing sent
-   back (this is what tells the leader every region is written). All alike and every rank
-   made a new mapping (the same call grew it on all): the leader answers VERDICT go, and all
-   meet in the all-reduce below. Anything else: the leader answers each rank with a mismatch
-   (VERDICT to one waiting for a verdict, STATUS to one waiting for the status), and every
-   rank raises LocalStageMismatch or the status's error.
+   and size of the mapping it found, whether this call made a new one); the leader reads
+   every READY and compares them with its own. All alike and no new mapping: the call goes
+   on, nothing sent back (this is what tells the leader every region is written). All alike
+   and every rank made a new mapping (the same call grew it on all): the leader answers
+   VERDICT go, and all meet in the all-reduce below. Anything else: the leader answers each
+   rank with a mismatch (VERDICT to one waiting for a verdict, STATUS to one waiting for the
+   status), and every rank raises LocalStageMismatch or the status's error.
    Before the channel exists, and whenever a mapping is made, the ranks meet in an
-   all-reduce (maximum) over the group of numel, dtype code and generation, each also
-   negated (so the maximum of the negation is minus the minimum), whether the rank failed to
-   map, and one column per rank for its token: every rank sees whether all called with the
-   same size and dtype at the same generation, and all decide alike.
+   all-reduce (maximum) over the group of what READY carries and whether the channel was
+   tried, each also negated (so the maximum of the negation is minus the minimum), whether
+   the rank failed to map, and one column per rank for its token: every rank sees whether
+   all called alike, and all decide alike. A mismatch, found either way, retires the stage
+   on every rank in that call (gloo from then on: the ranks' mappings may differ).
 3. The leader adds the regions to its own tensor (`gather`), streams, writes the result into
    the result region (`publish`), and sends every rank the status (`share_status`: over the
    channel, or the caller's gloo broadcast without one); on an OK status every other rank
@@ -343,15 +344,21 @@ class SharedLocalStage:
 
     def _tell(self, kind: int, payload: bytes) -> None:
         """The leader: one message to every other rank, each told even if one is gone."""
+        gone = self._send_all(kind, payload)
+        if gone is not None:
+            self._break(str(gone))
+            raise gone
+
+    def _send_all(self, kind: int, payload: bytes) -> ChannelBroken | None:
+        """The leader: `payload` to every link; the first failure, if any (the rest still
+        sent)."""
         gone = None
         for link in self.links.values():
             try:
                 link.send(kind, payload)
             except ChannelBroken as e:
                 gone = gone or e
-        if gone is not None:
-            self._break(str(gone))
-            raise gone
+        return gone
 
     def _hear(self, kind: int, decode):
         """Another rank: the leader's next message, of `kind`, decoded; ChannelBroken if
@@ -375,12 +382,7 @@ class SharedLocalStage:
         if self.broken is None:
             self.broken = why
         if self.rank == 0:
-            payload = _STATUS.pack(BROKEN, 0) + why.encode()[:_TEXT_BYTES]
-            for link in self.links.values():
-                try:
-                    link.send(STATUS, payload)
-                except ChannelBroken:
-                    pass
+            self._send_all(STATUS, _STATUS.pack(BROKEN, 0) + why.encode()[:_TEXT_BYTES])
         self._close_links()
 
     def _close_links(self) -> None:
