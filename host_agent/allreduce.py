@@ -30,7 +30,6 @@ from host_agent import local_stage
 from host_agent.fixed_point import NonFiniteError
 from host_agent.local_channel import ChannelBroken
 from host_agent.pool_move import Policy, PooledStreamer
-from host_agent.scratch import Scratch
 from host_agent.session import agree_in_group
 from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
@@ -125,7 +124,6 @@ class PassingAllreduce:
         # is a collective only where it can answer more than 0.
         self.quorum_mode = stream_options.get("patience") is not None
         self.stream: PooledStreamer | None = None
-        self._scratch = Scratch()  # the leader's float64 sums, from call to call
         # The local stage through shared memory (host_agent.local_stage), where the ranks are
         # CPU ranks of a gloo group; made at the first call that can use it.
         key = (self.session, params.job_id, host)
@@ -273,9 +271,9 @@ class PassingAllreduce:
         # This call's policy: a live change (pool_move) applies from the next call on.
         quorum = self.stream.cfg.patience is not None
         try:
-            # The sums land in memory kept from the last call (host_agent.scratch).
-            sums = self._scratch.get("sums", (flat.size,), np.float64)
-            result = torch.from_numpy(self.stream.allreduce(flat, out=sums).reshape(out.shape))
+            # The streamer's own float64 sums, no copy: changed in place below, then rounded
+            # once into `out`.
+            sums = self.stream.allreduce_view(flat)
             # (Spread over the elements only where a quorum may have closed rounds.)
             counts = self.stream.last_counts if quorum else None
         except NonFiniteError as e:
@@ -283,7 +281,7 @@ class PassingAllreduce:
                 return _NONFINITE, str(e)
             # Every host left the slots in step (the stream completed); the sum is not a number.
             # Every host failed the same call, so none reads its votes: nobody moves.
-            result = torch.full(out.shape, float("nan"), dtype=torch.float64)
+            sums = np.full(flat.size, np.nan)
             counts = np.full(flat.size, complete)
         except (SwitchTimeout, SessionBroken) as e:
             return _TIMEOUT, str(e)
@@ -296,12 +294,27 @@ class PassingAllreduce:
             # Only in quorum mode (the same on every host in every call: checked at start, and
             # a live change applies after the same call everywhere, pool_move): a bulk-
             # synchronous sum is never scaled, whatever total it was told to expect.
-            scale = complete / np.maximum(counts, 1)
-            result *= torch.from_numpy(scale.reshape(result.shape))
-        if divide_by != 1:
-            result /= divide_by
-        out.copy_(result)
+            sums *= complete / np.maximum(counts, 1)
+        _round_into(out, sums, divide_by)
         return _OK, ""
+
+
+def _round_into(out: torch.Tensor, sums: np.ndarray, divide_by: int) -> None:
+    """`sums` (float64, one per element of the contiguous `out`; may be changed) divided by
+    `divide_by` and rounded once to out's dtype, into `out`: straight from numpy where out is
+    a float32 or float64 CPU tensor, through a CPU tensor otherwise (another device, half
+    precision)."""
+    if out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64):
+        dst = out.numpy().reshape(-1)
+        with np.errstate(over="ignore"):  # beyond float32: inf, as torch's copy gives
+            if divide_by != 1:
+                np.divide(sums, divide_by, out=dst, casting="same_kind")
+            else:
+                np.copyto(dst, sums, casting="same_kind")
+        return
+    if divide_by != 1:
+        np.divide(sums, divide_by, out=sums)
+    out.copy_(torch.from_numpy(sums).reshape(out.shape))
 
 
 def _reduce_to_leader() -> dist.ReduceOptions:

@@ -225,7 +225,7 @@ class PooledStreamer:
             session=pool_session(cfg.session, params.pool, params.window)), transport)
         self.vote = PoolVote(params, source, poll)
         self.policy = policy
-        self._scratch = Scratch()  # a call's values with the vote, and its sums
+        self._scratch = Scratch()  # a call's values with the vote
         self._counted: tuple[SlotStreamer, int] | None = None  # the last call's streamer, n
 
     @property
@@ -244,26 +244,32 @@ class PooledStreamer:
         """SlotStreamer.allreduce of the 1-d `flat` (into `out` as there), in the job's current
         pool; `last_counts` the GPUs each element's sum holds. A change happens after the
         call, never during it."""
+        check_out(out, flat.size)
+        sums = self.allreduce_view(flat)
+        if out is None:
+            return sums.copy()
+        out[:] = sums
+        return out
+
+    def allreduce_view(self, flat: np.ndarray) -> np.ndarray:
+        """allreduce's sums in the streamer's memory (SlotStreamer.allreduce_view): the votes
+        are read before the caller may change them."""
         n, cfg = flat.size, self.streamer.cfg
-        check_out(out, n)
         before = self.vote.params
         size = call_size(n)
         voted = self.vote.with_vote(flat, self._scratch.get(
             "voted", (size,), np.float32 if flat.dtype == np.float32 else np.float64))
-        total = self.streamer.allreduce(voted, out=self._scratch.get("total", (size,),
-                                                                      np.float64))
+        total = self.streamer.allreduce_view(voted)
         start = vote_offset(n)
         moving = self.vote.decide(total[start:], self.streamer.counts_from(start), cfg.complete,
                                   cfg.streams)
         self._counted = (self.streamer, n)
-        if out is None:
-            out = np.empty(n)
-        out[:] = total[:n]  # (total is this streamer's, for the next call)
         if moving is None:
-            return out
+            return total[:n]
         rules = self.policy(moving) if self.policy is not None else {}
         if moving.pool != before.pool:
             old = self.streamer
+            # (the old streamer's memory, which `total` is, stays as long as the caller holds it)
             self.streamer = SlotStreamer(dataclasses.replace(
                 cfg, window=moving.window, pool=moving.pool,
                 session=pool_session(cfg.session, moving.pool, moving.window),
@@ -276,7 +282,7 @@ class PooledStreamer:
             self.streamer.late_starts = old.late_starts
         elif rules:
             self.streamer.set_policy(**rules)
-        return out
+        return total[:n]
 
     def calls_ready(self, n: int) -> int:
         """SlotStreamer.calls_ready for calls of `n` values (and their votes)."""

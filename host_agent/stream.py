@@ -504,12 +504,24 @@ class SlotStreamer:
         float64 elements; a caller that passes the same one every call spares a fresh array's
         page faults) or a new array. NaN or Inf on any host raises NonFiniteError on every
         host, after the stream (so that every host leaves the slots in the same state)."""
+        check_out(out, np.asarray(x).size)
+        sums = self.allreduce_view(x)
+        if out is None:
+            return sums.copy()
+        out[:] = sums
+        return out
+
+    def allreduce_view(self, x: np.ndarray) -> np.ndarray:
+        """allreduce's sums without a copy: x.size float64 values in the streamer's own memory,
+        which its next call overwrites. The caller may change them in place (a quorum's
+        scaling, a division) and round them into its own tensor once: a 16 MiB call's copies
+        through fresh arrays cost the leader up to a second of page faults on a loaded
+        2-core machine (docs/benchmarks.md)."""
         flat = np.asarray(x).ravel()
         n = flat.size
-        check_out(out, n)
         if n == 0:
             self._counts, self._counts_n, self._last_counts = np.zeros(0, dtype=np.int64), 0, None
-            return np.zeros(0) if out is None else out
+            return np.zeros(0)
         nfrag = -(-n // P.K)
         if nfrag >= 1 << 32:
             raise ValueError(f"{n} values: more fragments than a packet's 32-bit frag field "
@@ -553,10 +565,7 @@ class SlotStreamer:
         if np.any(agreed == fx.POISON):
             raise fx.NonFiniteError(f"job {self.cfg.job_id}: another host had NaN/Inf (or a "
                                     "value beyond float32's range) in the same call")
-        if out is None:
-            out = np.empty(n)
-        out[:] = sums.ravel()[:n]  # (sums is the streamer's, for the next call)
-        return out
+        return sums.ravel()[:n]
 
     @property
     def last_counts(self) -> np.ndarray:

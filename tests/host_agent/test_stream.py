@@ -209,7 +209,8 @@ def test_calls_reusing_the_streamers_memory_each_get_their_own_sum():
     of large values, then a smaller one of small values: the first's values must not linger
     in the second's last block's padding (they would set its exponent, and the small sums
     would round away); a result returned earlier must not change under a later call; a
-    caller's `out` gets the sum; an `out` that would round it is refused."""
+    caller's `out` gets the sum; an `out` that would round it is refused; a caller that
+    changes the sums allreduce_view lends it changes no later call's."""
     big = [np.full(3 * P.K + 5, 1e6, np.float32) * (i + 1) for i in range(2)]
     small = [(np.arange(P.K + 1, dtype=np.float32) + 1) * np.float32(1e-3 * (i + 1))
              for i in range(2)]
@@ -228,6 +229,10 @@ def test_calls_reusing_the_streamers_memory_each_get_their_own_sum():
             kept[i] = got[i][0].copy()
             got[i].append(streamers[i].allreduce(small[i]))
             got[i].append(streamers[i].allreduce(small[i], out=outs[i]))
+            view = streamers[i].allreduce_view(small[i])
+            got[i].append(view.copy())
+            view[:] = np.nan  # a caller scaling the sums in place
+            got[i].append(streamers[i].allreduce(small[i]))
         except Exception as e:  # reported below
             errors.append(e)
 
@@ -238,7 +243,7 @@ def test_calls_reusing_the_streamers_memory_each_get_their_own_sum():
         t.join(60)
     assert not errors, errors
     for i in range(2):
-        first, second, third = got[i]
+        first, second, third, lent, after = got[i]
         assert np.array_equal(first, kept[i]), "a later call changed an earlier result"
         assert np.all(np.abs(first - np.sum(big, axis=0, dtype=np.float64))
                       <= fixed_point_bound(big))
@@ -246,6 +251,9 @@ def test_calls_reusing_the_streamers_memory_each_get_their_own_sum():
         assert np.all(np.abs(second - exact) <= fixed_point_bound(small))
         assert third is outs[i]
         assert np.all(np.abs(third - exact) <= fixed_point_bound(small, speculated=True))
+        assert lent.shape == exact.shape and lent.dtype == np.float64
+        assert np.all(np.abs(lent - exact) <= fixed_point_bound(small, speculated=True))
+        assert np.array_equal(after, lent), "a change to lent sums reached the next call"
         with pytest.raises(ValueError, match="out must be"):
             streamers[i].allreduce(small[i], out=np.zeros(P.K + 1, np.float32))
 

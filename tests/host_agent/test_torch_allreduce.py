@@ -127,3 +127,27 @@ def test_a_wrong_host_or_mode_is_refused_before_any_collective():
     finally:
         passing.close()
         ina.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("divide_by", [1, 3])
+def test_the_leader_rounds_the_float64_sums_into_the_tensor_once(dtype, divide_by):
+    """The leader writes the switch's float64 sums into the caller's tensor, divided (AVG)
+    before the one rounding to its dtype, as torch would round the float64 quotient: a
+    division after rounding to float32 would round twice, and a sum beyond the dtype's range
+    whose average fits must not become inf."""
+    import torch
+
+    from host_agent.allreduce import _round_into
+
+    rng = np.random.default_rng(7)
+    sums = rng.normal(0, 1e4, 4099) + rng.normal(0, 1e-3, 4099)
+    sums[:2] = (16777217.0, 2.0 ** 129)  # not a float32; beyond float32, its third is not
+    torch_dtype = getattr(torch, dtype)
+    want = (torch.from_numpy(sums.copy()) / divide_by).to(torch_dtype)
+    out = torch.full((4099,), 5.0, dtype=torch_dtype)
+    _round_into(out, sums.copy(), divide_by)
+    assert torch.equal(out, want)
+    if dtype == "float32" and divide_by != 1:
+        twice = torch.from_numpy(sums).to(torch_dtype) / divide_by
+        assert not torch.equal(out, twice), "these values do not tell one rounding from two"
