@@ -23,6 +23,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from bench.cpu_load import SATURATED_FROM
 from bench.results import (
     GroupKey,
     Run,
@@ -151,10 +152,27 @@ def _cpu_bound_line(runs: list[Run]) -> list[str]:
                    key=lambda rb: (rb[0].size_bytes, order.index(rb[0].strategy)))
     limit = f"{CPU_BOUND_BELOW:.0%}"
     if not under:
-        return [f"Every run's busiest host link was at least {limit} busy during a call.", ""]
-    named = ", ".join(f"{r.strategy} {format_size(r.size_bytes)} ({b:.0%})" for r, b in under)
-    return [f"**CPU-bound** (the busiest host link under {limit} busy during a call, so this "
-            f"machine's CPU, not the emulated links, set the time): {named}.", ""]
+        lines = [f"Every run's busiest host link was at least {limit} busy during a call."]
+    else:
+        named = ", ".join(f"{r.strategy} {format_size(r.size_bytes)} ({b:.0%})"
+                          for r, b in under)
+        lines = [f"**CPU-bound** (the busiest host link under {limit} busy during a call, so "
+                 f"this machine's CPU, not the emulated links, set the time): {named}."]
+    return lines + _cpu_saturated(runs, order) + [""]
+
+
+def _cpu_saturated(runs: list[Run], order: list[str]) -> list[str]:
+    """The runs during whose calls the machine's CPUs were nearly all busy (kernel included,
+    which the model leaves out): their time may be this machine's even with busy links."""
+    full = sorted((r for r in runs if r.cpu_busy >= SATURATED_FROM),
+                  key=lambda r: (r.size_bytes, order.index(r.strategy)))
+    if not full:
+        return []
+    named = ", ".join(f"{r.strategy} {format_size(r.size_bytes)} ({r.cpu_busy:.0%})"
+                      for r in full)
+    return [f"The CPUs were at least {SATURATED_FROM:.0%} busy during the calls of: {named}; "
+            "their times may be this machine's as well as the links' (the model's host bound "
+            "leaves out the kernel, which carries every frame through the shaped veths)."]
 
 
 def _traffic_table(runs: list[Run]) -> list[str]:

@@ -67,6 +67,8 @@ class Run(Configured):
     ratio: float
     bound: str
     correct: bool
+    # The machine's CPUs busy during the timed calls (bench.cpu_load); older files lack it.
+    cpu_busy: float = math.nan
 
 
 @dataclass(frozen=True)

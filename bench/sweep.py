@@ -46,6 +46,7 @@ from pathlib import Path
 from bench import analytic, report, results
 from bench.agent import STRATEGIES
 from bench.analytic import FabricModel, Rates
+from bench.cpu_load import CpuSampler, call_windows
 from bench.sizes import parse_size
 from bench.workloads import DEFAULT_MODEL, MODELS
 from controller.counters import StatsCounters
@@ -57,7 +58,8 @@ from topologies.network import INA_JOB_OFFSET, PassingNetwork, link_bytes_per_ca
 
 # What bench.report reads, then what only the CSV keeps (the model's three bounds, and more).
 ALLREDUCE_COLUMNS = [*results.ALLREDUCE_COLUMNS, "agg_packets", "predicted_link_s",
-                     "predicted_switch_s", "predicted_host_s", "retransmissions", "warmup"]
+                     "predicted_switch_s", "predicted_host_s", "retransmissions", "warmup",
+                     "cpu_busy"]
 # speculated / spec_missed: the hosts' fragments sent at a speculative scale, and those sent
 # again (docs/protocol.md, "Speculative scale"): how often real gradients beat the prediction.
 TRAINING_COLUMNS = [*results.TRAINING_COLUMNS, "model", "time_to_target_s", "speculated",
@@ -343,12 +345,16 @@ def call_plan(predicted_s: float, iters: int, long_call_s: float) -> tuple[int, 
 
 
 def _busy_note(row: dict) -> str:
-    """How busy the busiest host link was during a call; CPU-bound when under half."""
+    """How busy the busiest host link was during a call (CPU-bound when under half), and how
+    busy the machine's CPUs were."""
     b = results.host_link_busy(row["host_tx_bytes"], row["host_rx_bytes"], row["mean_s"],
                                row["bw_mbps"])
+    cpu = row.get("cpu_busy")
+    cpu_note = "" if cpu is None else f", CPU {cpu:.0%} busy"
     if b is None:
-        return ""
-    return f", link {b:.0%} busy" + (": CPU-bound" if b < link_rate.CPU_BOUND_BELOW else "")
+        return cpu_note
+    return (f", link {b:.0%} busy" + (": CPU-bound" if b < link_rate.CPU_BOUND_BELOW else "")
+            + cpu_note)
 
 
 def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricModel, size: int,
@@ -368,8 +374,9 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
                                 speculating=True)
     agg_before = _agg_packets(pnet, agg_job) if switched else 0
     before = counters.snapshot()
-    res = pnet.allreduce(str(size // 4), job_id, iters, timeout=60.0, strategy=strategy,
-                         warmup=warmup)
+    with CpuSampler() as cpu:
+        res = pnet.allreduce(str(size // 4), job_id, iters, timeout=60.0, strategy=strategy,
+                             warmup=warmup)
     after = counters.snapshot()
     agg = _agg_packets(pnet, agg_job) - agg_before if switched else 0
     calls = iters + warmup
@@ -398,6 +405,7 @@ def measure(pnet: PassingNetwork, job_id: int, hosts: list[str], fabric: FabricM
             "predicted_switch_s": pred.switch_s, "predicted_host_s": pred.host_s,
             "retransmissions": sum(r.get("retransmissions", 0) for r in res.values()),
             "warmup": warmup,
+            "cpu_busy": cpu.busy_during(call_windows(res.values())) if ok else None,
             "errors": {h: r.get("error") for h, r in res.items() if not r.get("ok")}}
 
 

@@ -352,3 +352,30 @@ def test_runs_whose_links_were_under_half_busy_are_named_cpu_bound(tmp_path):
         fast[:fast.index("Traffic per all-reduce")]
     unshaped = md[md.index("### All-reduce: star/model, 4x2 GPUs, unshaped"):]
     assert "busy" not in unshaped[:unshaped.index("Traffic per all-reduce")]
+
+
+def test_runs_whose_cpus_were_saturated_are_named_and_older_files_still_load(tmp_path):
+    """A run whose links were busy can still have had no CPU to spare (the kernel carrying
+    its frames, which the model leaves out): the report names each run whose calls found
+    the CPUs at least 90% busy, with the share, and no other; a file without the column
+    (written before it) reports as before."""
+    def run(strategy, size, cpu):
+        row = allreduce_row(strategy, size, 1.0, bw=100)
+        row.update(mean_s=0.1, host_tx_bytes=0.9 * 12.5e6 * 0.1, cpu_busy=cpu)
+        return row
+    rows = [run("passing", MIB, 0.93), run("ring", MIB, 0.89), run("passing", 64 * KIB, 0.97),
+            run("hier-ring", MIB, "")]
+    columns = (*ALLREDUCE_COLUMNS, "cpu_busy")
+    out = tmp_path / "r.md"
+    write_report(write_csv(tmp_path / "cpu.csv", columns, rows), None, [], out, {"date": "x"})
+    md = out.read_text()
+    assert ("The CPUs were at least 90% busy during the calls of: passing 64 KiB (97%), "
+            "passing 1 MiB (93%);") in md
+    assert "ring 1 MiB (89%)" not in md
+    old = tmp_path / "old.md"
+    for r in rows:
+        del r["cpu_busy"]
+    write_report(write_csv(tmp_path / "old.csv", ALLREDUCE_COLUMNS, rows), None, [], old,
+                 {"date": "x"})
+    assert "Every run's busiest host link was at least 50% busy" in old.read_text()
+    assert "The CPUs were" not in old.read_text()
