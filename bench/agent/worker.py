@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from bench.agent import check
-from bench.agent.check import expected_sum, rank_tensor
+from bench.agent.check import Answers, expected_sum, rank_tensor
 from host_agent.job_source import params_from_env
 from passing.contract import JobParams
 
@@ -224,13 +224,15 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         base = torch.from_numpy(rank_tensor(args["seed"], host_index, rank, args["size"]))
         base = base.to(device)
         exact, tol, count = expected_sum(params, args["seed"], args["size"], args["strategy"])
-        times, errors, excess, wrong = [], [], [], 0
+        answers = Answers(exact, tol)
+        times = []
         spans = []
         timed_from = None
+        t = torch.empty_like(base)  # the same memory every call: no page faults
         for it in range(args["warmup"] + args["iters"]):  # warm-up calls are not timed
             if it == args["warmup"] and rank == 0:
                 timed_from = _link_bytes(args["ifname"])
-            t = base.clone()
+            t.copy_(base)
             # The first call waits as long as the rendezvous (hosts finish starting at
             # different times); later ones only as long as a call may take.
             line.meet(it, args["rendezvous_timeout"] if it == 0 else args["timeout"])
@@ -240,23 +242,20 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                 times.append(time.perf_counter() - t0)
                 spans.append((t0, time.perf_counter()))
             # Every call is checked, the warm-ups too: a wrong first answer is still wrong.
-            err = np.abs(t.cpu().numpy().astype(np.float64) - exact)
-            errors.append(float(np.max(err)))
-            excess.append(float(np.max(err / tol)))
-            wrong += int(np.count_nonzero(err > tol))
+            answers.check(t.cpu().numpy())
         # The leader reports for the host; every local rank's calls count.
         link = _timed_link_bytes(timed_from, args["ifname"], args["iters"]) if rank == 0 else {}
-        report = torch.tensor([wrong, max(excess)], dtype=torch.float64)
+        report = torch.tensor([answers.wrong, max(answers.excess)], dtype=torch.float64)
         dist.all_reduce(report, op=dist.ReduceOp.MAX)
         if rank == 0:
             if passing is not None:  # after a pool move the counters are the new pool's
                 stats = passing.streamer.stats
             out.put({"ok": True, "rank": 0, "strategy": args["strategy"],
-                     "device": str(device), "times": times, "max_error": max(errors),
+                     "device": str(device), "times": times, "max_error": max(answers.errors),
                      # perf_counter at each timed call's start and end: Mininet's hosts
                      # share the clock, so a benchmark can see how together they started
                      "spans": spans, "start_line_sent": line.sent,
-                     "call_errors": errors, "tolerance": float(np.max(tol)),
+                     "call_errors": answers.errors, "tolerance": float(np.max(tol)),
                      "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
                      "contributors": count, **_stream_counts(stats), **_pools(passing),
                      **link})

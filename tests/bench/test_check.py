@@ -122,3 +122,25 @@ def test_forget_drops_the_kept_sums():
     again, _, _ = check.expected_sum(_params((2, 2)), 6, 300, "ring")
     assert again is not first
     np.testing.assert_array_equal(again, first)
+
+
+def test_answers_count_every_wrong_element_of_every_call_nan_included():
+    """A rank checks each call in arrays kept across calls: a wrong call followed by a right
+    one still counts the first's wrong elements, each call's largest error is its own, and
+    NaN or Inf (never within a bound) is wrong."""
+    gpus, seed, n = (2, 2), 6, 3 * P.K + 5
+    total, tol, _ = check.expected_sum(_params(gpus), seed, n, "passing")
+    answers = check.Answers(total, tol)
+    right = _passing_result(gpus, seed, n)
+    off = right.copy()
+    off[[0, 7]] += np.float32(1.0)
+    nan = right.copy()
+    nan[3], nan[9] = np.nan, np.inf
+    for answer in (off, right, nan, right):
+        answers.check(answer)
+    assert answers.wrong == 4
+    assert answers.errors[0] >= 0.99 and answers.errors[1] <= np.max(tol)
+    assert answers.errors[3] == answers.errors[1]
+    assert answers.excess[0] > 1 >= answers.excess[1]
+    np.testing.assert_array_equal(total, check.expected_sum(_params(gpus), seed, n,
+                                                            "passing")[0])
