@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.agent import STRATEGIES
+from bench.progress import Progress
 from bench.sizes import parse_size
-from bench.sweep import Progress, _list, _positive, _strategy
+from bench.sweep import _list, _positive, _strategy
 from controller.topology import load
 from passing.pipeline_files import topology_file
 from topologies.exclusive import busy_message

@@ -28,11 +28,11 @@ import argparse
 import csv
 import json
 import sys
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from bench.progress import Progress
 from bench.results import time_to
 from controller.topology import load
 from host_agent.backend import PassingInitError, stream_options
@@ -176,11 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     pnet = PassingNetwork(topo, topo_path, args.target, args.out / "net")
     rows, everything = [], {}
     chosen = [(i, s) for i, s in enumerate(SETTINGS, 1) if not args.only or i in args.only]
-    began = time.monotonic()
+    progress = Progress(len(chosen))
     pnet.start()
     try:
         pnet.create_job(JOB, hosts)
-        for n, (i, setting) in enumerate(chosen, 1):
+        for i, setting in chosen:
             pnet.ctl.set_quorum(JOB, (quorum,) if setting.patience else ())
             train_args = ["--steps", args.steps, "--compute-ms", args.compute_ms,
                           "--slow-factor", args.slow_factor, "--slow-period", args.slow_period,
@@ -192,9 +192,6 @@ def main(argv: list[str] | None = None) -> int:
                         "": None}[setting.patience]
             if patience:
                 env |= {"PASSING_PATIENCE": patience, "PASSING_STALENESS": str(args.staleness)}
-            print(f"[{n}/{len(chosen)}, {time.monotonic() - began:.0f}s] run {i}: "
-                  f"{setting.name}, {'straggler' if setting.straggler else 'no straggler'}",
-                  flush=True)
             reports = pnet.train(JOB, script=SCRIPT, args=[str(a) for a in train_args],
                                  env=env, timeout=120 + args.steps * args.compute_ms / 1e3
                                  * args.slow_factor * 4)
@@ -209,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                     "catch_up": setting.catch_up if patience else None}
             rows.append(row)
             everything[f"run{i}"] = {"row": row, "ranks": ranks}
+            print(f"{progress.step()} run {i}: {setting.name}, "
+                  f"{'straggler' if setting.straggler else 'no straggler'}", flush=True)
             print("    " + json.dumps(row), flush=True)
     finally:
         pnet.stop()

@@ -47,6 +47,7 @@ from bench import analytic, report, results
 from bench.agent import STRATEGIES
 from bench.analytic import FabricModel, Rates
 from bench.cpu_load import CpuSampler, call_windows
+from bench.progress import Progress
 from bench.sizes import parse_size
 from bench.workloads import DEFAULT_MODEL, MODELS
 from controller.counters import StatsCounters
@@ -140,26 +141,6 @@ def runs_in(plan: list[Scenario]) -> int:
     training run): the N of the progress line."""
     return sum(max(1, len(sc.host_counts)) * (len(sc.sizes) + (1 if sc.train_steps else 0))
                * len(sc.strategies) for sc in plan)
-
-
-class Progress:
-    """`[run i/N, 3m05s, ~12m left]` before each result line: the estimate is the mean time
-    of the runs so far times the runs left (runs differ in length: it is a guide)."""
-
-    def __init__(self, total: int, clock=time.monotonic):
-        self.total, self.done, self.clock = total, 0, clock
-        self.start = clock()
-
-    def step(self) -> str:
-        self.done += 1
-        elapsed = self.clock() - self.start
-        left = elapsed / self.done * (self.total - self.done)
-        return f"[run {self.done}/{self.total}, {_mmss(elapsed)}, ~{_mmss(left)} left]"
-
-
-def _mmss(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m}m{s:02d}s"
 
 
 def _have_bmv2() -> bool:

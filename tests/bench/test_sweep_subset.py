@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from bench.sweep import Progress, call_plan, fabric_groups, runs_in, scenarios, subset
+from bench.progress import Progress
+from bench.sweep import call_plan, fabric_groups, runs_in, scenarios, subset
 
 
 def test_a_subset_is_every_bandwidth_and_gpu_count_with_the_sizes_and_strategies_given():
