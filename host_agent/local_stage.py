@@ -81,6 +81,7 @@ _TEXT_BYTES = 1024
 # Status codes the local stage sends itself: a mismatch the leader found over the channel, and
 # the leader's channel broken (a rank gone: said to every rank still there).
 MISMATCH, BROKEN = 255, 254
+OK = 0  # PassingAllreduce's code for a call whose result is in the result region
 _MISMATCH_TEXT = (
     "the local ranks called allreduce with different sizes or dtypes (or one of them failed in "
     "an earlier call): every local rank must sum the same tensor shape, in the same order")
@@ -313,9 +314,19 @@ class SharedLocalStage:
     def share_status(self, code: int, flag: int, message: str) -> tuple[int, int, str]:
         """After the leader's part, over the channel (only where `links`): the leader sends
         (code, flag, message) to every rank and returns it; another rank returns the
-        leader's. ChannelBroken if a rank's end is gone (the others are told all the same)."""
+        leader's. ChannelBroken if a rank's end is gone (the others are told all the same);
+        except that a rank found gone while the leader sends an OK status fails nobody's call:
+        every rank still there has this call's result (the status reaches each before any is
+        told BROKEN), so the leader keeps it too, and every rank fails from the next call on,
+        naming the one gone."""
         if self.rank == 0:
-            self._tell(STATUS, _STATUS.pack(code, flag) + message.encode()[:_TEXT_BYTES])
+            payload = _STATUS.pack(code, flag) + message.encode()[:_TEXT_BYTES]
+            if code != OK:
+                self._tell(STATUS, payload)
+                return code, flag, message
+            gone = self._send_all(STATUS, payload)
+            if gone is not None:
+                self._break(str(gone))
             return code, flag, message
         told = self._hear(STATUS, _status)
         if told[0] == MISMATCH:

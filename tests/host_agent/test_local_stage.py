@@ -8,6 +8,7 @@ fail, not hang; no file is left behind."""
 from __future__ import annotations
 
 import os
+import select
 import traceback
 from pathlib import Path
 
@@ -29,6 +30,7 @@ SCENARIOS = {
     "mismatch-later": (2, 1),  # ... in the third (5 elements: it fits, the channel finds it)
     "mismatch-grow": (2, 1995),  # ... a size that needs a larger mapping on rank 2 alone
     "exit": (2, None),  # rank 2 exits before its third call
+    "exit-after-ready": (2, None),  # ... in its third call, after telling the leader READY
 }
 
 
@@ -57,6 +59,10 @@ def worker(rank: int, port: int, shm_dir: str, scenario: str, out) -> None:
         at, more = SCENARIOS.get(scenario, (None, None))
         for i, (n, dtype) in enumerate(SIZES):
             if rank == 2 and i == at:
+                if more is None and scenario == "exit-after-ready":
+                    stage.put(torch.arange(n, dtype=torch.float32) * 3 + 0.25,
+                              getattr(torch, dtype))
+                    assert stage.agree()  # READY sent; the status it does not wait for
                 if more is None:  # said first, as run_ranks waits for every rank's word
                     out.put({"rank": rank, "exited": True})
                     out.close()
@@ -86,6 +92,9 @@ def worker(rank: int, port: int, shm_dir: str, scenario: str, out) -> None:
                     stage.publish(result)
             # The status, as PassingAllreduce sends it: the result is there after it.
             channel.append(len(stage.links))
+            if rank == 0 and scenario == "exit-after-ready" and i == at:
+                # The status goes out once rank 2's end is closed (it reads as ready).
+                assert select.select([stage.links[2].sock], [], [], 30)[0]
             if stage.links:
                 try:
                     code, _, message = stage.share_status(0, 0, "")
@@ -239,6 +248,22 @@ def test_a_rank_that_exits_makes_the_others_fail_not_hang(tmp_path):
             assert shared and np.allclose(result, expected(n) * 2, rtol=1e-2)
         assert calls[2][0] == "broken"
         assert "local rank 2" in calls[2][1]
+
+
+def test_a_rank_that_exits_while_the_leader_sums_fails_nobody_until_the_next_call(tmp_path):
+    """Rank 2 tells the leader READY in its third call, then exits before the status: the
+    leader finds its end closed as it sends an OK status, which rank 1 has by then. Both keep
+    that call's right result (a status that failed the leader alone would leave the ranks of
+    one host out of step), and both fail the next call, naming rank 2."""
+    results = run(str(tmp_path), "exit-after-ready")
+    assert results[2] == {"rank": 2, "exited": True}
+    for r in (0, 1):
+        calls = results[r]["calls"]
+        assert len(calls) == 4, calls
+        for (n, _), (shared, _, result) in zip(SIZES, calls[:3], strict=False):
+            assert shared and np.allclose(result, expected(n) * 2, rtol=1e-2)
+        assert calls[3][0] == "broken"
+        assert "local rank 2" in calls[3][1]
 
 
 def choice_worker(rank: int, port: int, refusing: list[int], out) -> None:
