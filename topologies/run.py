@@ -31,6 +31,7 @@ from mininet.cli import CLI
 from mininet.log import setLogLevel
 
 from bench.agent import STRATEGIES
+from bench.cpu_load import SATURATED_FROM, CpuSampler, call_windows
 from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
 from passing.pipeline_files import topology_file
@@ -39,9 +40,19 @@ from topologies.link_rate import CPU_BOUND_BELOW
 from topologies.network import DEFAULT_WINDOWS, PassingNetwork
 
 
-def report_allreduce(res: dict[str, dict]) -> bool:
+def allreduce_measured(pnet: PassingNetwork, *args, **kwargs) -> tuple[dict[str, dict],
+                                                                         float | None]:
+    """PassingNetwork.allreduce, and how busy this machine's CPUs were during its timed calls
+    (bench.cpu_load; None where that could not be read)."""
+    with CpuSampler() as cpu:
+        res = pnet.allreduce(*args, **kwargs)
+    return res, cpu.busy_during(call_windows(res.values()))
+
+
+def report_allreduce(res: dict[str, dict], cpu_busy: float | None = None) -> bool:
     """Print one line per host, and whether the emulated links or this machine's CPU limited
-    the run; True when every host got the correct sum."""
+    the run (the links' shares, and the CPUs' during the calls where known); True when every
+    host got the correct sum."""
     ok = True
     for host, r in sorted(res.items()):
         if not r.get("ok"):
@@ -60,6 +71,10 @@ def report_allreduce(res: dict[str, dict]) -> bool:
         print(f"*** CPU-bound: the {rate:g} Mbit/s host links were at most {max(busy):.0%} busy "
               "during a call, so this machine's CPU (switch processes and agents), not the "
               "emulated links, set the time; see README, \"Running a topology\"")
+    if cpu_busy is not None:
+        print(f"*** this machine's CPUs were {cpu_busy:.0%} busy during the calls"
+              + (": the time may be the CPU's as well as the links' (the kernel carries every "
+                 "frame through the shaped veths)" if cpu_busy >= SATURATED_FROM else ""))
     return ok
 
 
@@ -117,7 +132,7 @@ class PassingCLI(CLI):
             print(f"usage: allreduce [SIZE] [--job ID] [--iters N] "
                   f"[--strategy {'|'.join(STRATEGIES)}]")
             return
-        report_allreduce(self.pnet.allreduce(args.size, args.job, args.iters,
+        report_allreduce(*allreduce_measured(self.pnet, args.size, args.job, args.iters,
                                              strategy=args.strategy))
 
     def do_train(self, line: str) -> None:
@@ -242,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"*** controller's job parameters for the hosts (management network): "
               f"{pnet.controller_url}/v1/jobs/<id>")
         if args.no_cli:
-            return 0 if report_allreduce(pnet.allreduce("64K")) else 1
+            return 0 if report_allreduce(*allreduce_measured(pnet, "64K")) else 1
         PassingCLI(pnet)
     finally:
         pnet.stop()

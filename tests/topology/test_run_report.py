@@ -37,3 +37,18 @@ def test_a_wrong_sum_is_still_the_verdict(capsys):
     bad = {**host(0.9), "correct": False}
     assert not report_allreduce({"h1": bad})
     assert "WRONG" in capsys.readouterr().out
+
+
+def test_the_cpus_share_is_said_and_a_saturated_machine_named(capsys):
+    """Links busy enough and the CPUs nearly all busy: the run is not called CPU-bound by its
+    links, but the CPUs' share says the time may be this machine's too; below 90% the share
+    is only said, and without one nothing is."""
+    assert report_allreduce({"h1": host(0.88)}, cpu_busy=0.93)
+    out = capsys.readouterr().out
+    assert "CPU-bound" not in out
+    assert "*** this machine's CPUs were 93% busy during the calls: the time may be" in out
+    assert report_allreduce({"h1": host(0.88)}, cpu_busy=0.5)
+    out = capsys.readouterr().out
+    assert "CPUs were 50% busy during the calls\n" in out
+    assert report_allreduce({"h1": host(0.88)})
+    assert "CPUs" not in capsys.readouterr().out
