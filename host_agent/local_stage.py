@@ -320,13 +320,12 @@ class SharedLocalStage:
         told BROKEN), so the leader keeps it too, and every rank fails from the next call on,
         naming the one gone."""
         if self.rank == 0:
-            payload = _STATUS.pack(code, flag) + message.encode()[:_TEXT_BYTES]
-            if code != OK:
-                self._tell(STATUS, payload)
-                return code, flag, message
-            gone = self._send_all(STATUS, payload)
+            gone = self._send_all(STATUS, _STATUS.pack(code, flag)
+                                  + message.encode()[:_TEXT_BYTES])
             if gone is not None:
                 self._break(str(gone))
+                if code != OK:
+                    raise gone
             return code, flag, message
         told = self._hear(STATUS, _status)
         if told[0] == MISMATCH:

@@ -52,7 +52,7 @@ import numpy as np
 
 from host_agent import fixed_point as fx
 from host_agent.scratch import Scratch
-from host_agent.stream import SlotStreamer, StreamConfig, Transport, check_out
+from host_agent.stream import SlotStreamer, StreamConfig, Transport, check_out, handed_out
 from passing import protocol as P
 from passing.contract import JobParams
 
@@ -245,11 +245,7 @@ class PooledStreamer:
         pool; `last_counts` the GPUs each element's sum holds. A change happens after the
         call, never during it."""
         check_out(out, flat.size)
-        sums = self.allreduce_view(flat)
-        if out is None:
-            return sums.copy()
-        out[:] = sums
-        return out
+        return handed_out(self.allreduce_view(flat), out)
 
     def allreduce_view(self, flat: np.ndarray) -> np.ndarray:
         """allreduce's sums in the streamer's memory (SlotStreamer.allreduce_view): the votes

@@ -148,6 +148,15 @@ def check_out(out: np.ndarray | None, n: int) -> None:
                          f"of shape {out.shape}")
 
 
+def handed_out(sums: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """Lent sums (allreduce_view) as allreduce returns them: copied into `out` (checked by
+    check_out before the call) or into a new array."""
+    if out is None:
+        return sums.copy()
+    out[:] = sums
+    return out
+
+
 class _Call:
     """One allreduce's fragments, how far each slot has got through them, and the packet each
     slot is waiting on (arrays indexed by slot, so a batch of results is matched in numpy)."""
@@ -505,11 +514,7 @@ class SlotStreamer:
         page faults) or a new array. NaN or Inf on any host raises NonFiniteError on every
         host, after the stream (so that every host leaves the slots in the same state)."""
         check_out(out, np.asarray(x).size)
-        sums = self.allreduce_view(x)
-        if out is None:
-            return sums.copy()
-        out[:] = sums
-        return out
+        return handed_out(self.allreduce_view(x), out)
 
     def allreduce_view(self, x: np.ndarray) -> np.ndarray:
         """allreduce's sums without a copy: x.size float64 values in the streamer's own memory,

@@ -119,7 +119,7 @@ class Answers:
     Usage::
 
         answers = Answers(*expected_sum(params, seed, n, strategy)[:2])
-        answers.check(tensor.numpy())      # then answers.largest_error, .worst, .wrong
+        answers.check(tensor.numpy())      # then answers.errors, .excess, .wrong
     """
 
     def __init__(self, exact: np.ndarray, tol: np.ndarray):
