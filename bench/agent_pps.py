@@ -21,12 +21,12 @@ import time
 
 import numpy as np
 
-from bench.sizes import parse_size
 from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig
 from host_agent.transport import UdpTransport
 from passing import mmsg, packet
 from passing import protocol as P
+from passing_agent.sizes import parse_size
 
 
 def as_result(payload: bytes) -> bytes:

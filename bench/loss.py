@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.agent import STRATEGIES
 from bench.progress import Progress
-from bench.sizes import parse_size
 from bench.sweep import _list, _positive, _strategy
 from controller.topology import load
 from passing.pipeline_files import topology_file
+from passing_agent import STRATEGIES
+from passing_agent.sizes import parse_size
 from topologies.exclusive import busy_message
 from topologies.network import PassingNetwork
 

@@ -6,7 +6,11 @@ between the results markers of the report, so the human-written parts of the doc
 every rerun.
 
     python -m bench.report --allreduce runs/allreduce.csv --training runs/training.csv \
-        --plots-dir docs/benchmarks --out docs/benchmarks.md
+        --plots-dir docs/benchmarks --out docs/benchmarks.md --readme README.md
+
+With `--readme` it also rewrites the README's result block (between its bench markers) from the
+same runs: the headline table and PASSING's speedup in every configuration, every number as the
+report prints it, so tests/bench/test_readme_numbers.py can hold the one to the other.
 
 The loaders and grouping helpers are in bench/results.py, shared with bench/plots.py, so both
 outputs agree on what a group, the main group and a speedup are.
@@ -23,7 +27,6 @@ import shlex
 import sys
 from pathlib import Path
 
-from bench.cpu_load import SATURATED_FROM
 from bench.results import (
     GroupKey,
     Run,
@@ -42,10 +45,14 @@ from bench.results import (
     train_label,
     training_by_group,
 )
+from topologies.cpu_load import SATURATED_FROM
 from topologies.link_rate import CPU_BOUND_BELOW
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
+# The README's result block (README.md, "The result"): written from the same runs as the report.
+README_BEGIN = "<!-- bench:begin -->"
+README_END = "<!-- bench:end -->"
 
 # Order of the headline summary line, weakest baseline first as the brief words it.
 SUMMARY_BASELINES = ("ps", "ring", "hier-ring", "ina")
@@ -294,14 +301,107 @@ def merge_into(existing: str | None, section: str) -> str:
     return existing[:start] + BEGIN + "\n" + section + existing[end:]
 
 
+# ---------------------------------------------------------------------------- README block
+
+def headline_group(groups: dict[GroupKey, list[Run]]) -> GroupKey | None:
+    """The main configuration at the fastest links the run gave it (unshaped counts as
+    fastest): with make bench's plan, leafspine with its links as shipped, the regime a user of
+    `make run-topology` gets."""
+    main = main_group(groups)
+    if main is None:
+        return None
+    same = [k for k in groups if (k[0], k[1], k[3], k[4]) == (main[0], main[1], main[3], main[4])]
+    return max(same, key=lambda k: k[2] if k[2] else math.inf)  # max keeps the first of equals
+
+
+def _readme_cell(at: dict[str, Run], s: str) -> str:
+    r = at.get(s)
+    if r is None:
+        return ""
+    cell = f"{_ms(r.mean_s)} ms"
+    sp = speedups(at).get(s)
+    if s != "passing" and sp is not None:
+        cell += f" ({_num(sp, '.2f')}x)"
+    return cell + ("" if r.correct else " **WRONG**")
+
+
+def render_readme_block(allreduce_csv: Path, meta: dict[str, str]) -> str:
+    """The README's result block: when and where the run was made, the headline configuration's
+    times with PASSING's speedups, and PASSING's speedup in every configuration at its largest
+    tensor, the losing and level ones included. Every number is formatted as the report's
+    tables format it (the test compares them as printed)."""
+    runs = load_allreduce(allreduce_csv)
+    lines = ["<!-- written by bench/report.py (make bench) from the runs of the results section of "
+             "docs/benchmarks.md; tests/bench/test_readme_numbers.py holds every number to it -->",
+             ""]
+    wrong = sum(not r.correct for r in runs)
+    verdict = (f"every one of its {len(runs)} all-reduce runs correct" if not wrong else
+               f"**{wrong} of its {len(runs)} all-reduce runs WRONG**")
+    lines += [f"Latest `make bench`: **{meta.get('date', 'n/a')}** on "
+              f"{meta.get('machine', 'n/a')}; {verdict}.", ""]
+    groups = group_runs(runs)
+    head = headline_group(groups)
+    if head is None:
+        return "\n".join(lines + ["No all-reduce runs."]) + "\n"
+    strategies = order_strategies(r.strategy for r in runs)
+    lines += [f"Time of one all-reduce (the slowest host's mean) and PASSING's speedup over each "
+              f"baseline, `{group_label(head)}`:", ""]
+    rows = [[format_size(size)] + [_readme_cell(at, s) for s in strategies]
+            for size, at in by_size(groups[head]).items()]
+    lines += _md_table(["tensor", *strategies], rows) + [""]
+    others = [s for s in strategies if s != "passing"]
+    lines += ["PASSING's speedup over each baseline in every configuration of the run, at its "
+              "largest tensor (a speedup under one: PASSING was the slower):", ""]
+    rows = []
+    for key, group in groups.items():
+        size = largest_passing_size(group)
+        if size is None:
+            continue
+        at = by_size(group)[size]
+        sp = speedups(at)
+        rows.append([group_label(key), format_size(size), _readme_cell(at, "passing")]
+                    + [_num(sp[s], ".2f") + "x" if s in sp else "" for s in others])
+    lines += _md_table(["configuration", "tensor", "passing", *(f"vs {s}" for s in others)], rows)
+    return "\n".join(lines) + "\n"
+
+
+def merge_readme(existing: str, block: str, name: str = "README") -> str:
+    """Replace the text between the README's bench markers; a README without them is an error,
+    not a place to append results to."""
+    start = existing.find(README_BEGIN)
+    end = existing.find(README_END, start + len(README_BEGIN)) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise ValueError(f"{name}: no {README_BEGIN} ... {README_END} block to write the "
+                         "results into")
+    return existing[:start] + README_BEGIN + "\n" + block + existing[end:]
+
+
+def readme_for(report: Path) -> Path | None:
+    """The checkout's README.md when `report` is the checkout's docs/benchmarks.md (what make
+    bench writes), else None: a report written elsewhere (make bench-quick, a subset into another
+    file) leaves the README alone."""
+    root = Path(__file__).resolve().parents[1]
+    readme = root / "README.md"
+    if Path(report).resolve() == root / "docs" / "benchmarks.md" and readme.exists():
+        return readme
+    return None
+
+
 def write_report(allreduce_csv: Path, training_csv: Path | None, plots: list[Path], out: Path,
-                 meta: dict) -> None:
+                 meta: dict, readme: Path | None = None) -> None:
+    """The results section of `out`, and with `readme` that README's result block, from the
+    same runs and meta."""
     out = Path(out)
     section = render_section(Path(allreduce_csv), Path(training_csv) if training_csv else None,
                              [Path(p) for p in plots], out, meta)
     existing = out.read_text() if out.exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(merge_into(existing, section))
+    if readme is not None:
+        readme = Path(readme)
+        readme.write_text(merge_readme(readme.read_text(),
+                                       render_readme_block(Path(allreduce_csv), meta),
+                                       str(readme)))
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -328,7 +428,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="add or override a meta line (date, machine, command, target, ...)")
     ap.add_argument("--no-plots", action="store_true",
                     help="link the PNGs already in --plots-dir instead of drawing them")
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="also rewrite this README's result block (between its bench markers) "
+                         "from the same runs")
     args = ap.parse_args(argv)
+    if args.readme is not None and not args.readme.exists():
+        ap.error(f"--readme: {args.readme} does not exist")
     plots_dir = args.plots_dir or args.out.parent / args.out.stem
     if args.no_plots:
         plots = [plots_dir / f"{n}.png" for n in PLOT_CAPTIONS
@@ -342,8 +447,13 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             ap.error(f"--meta wants KEY=VALUE, got {kv!r}")
         meta[key] = value
-    write_report(args.allreduce, args.training, plots, args.out, meta)
-    print(f"wrote {args.out} ({len(plots)} plots in {plots_dir})")
+    try:
+        write_report(args.allreduce, args.training, plots, args.out, meta, readme=args.readme)
+    except ValueError as e:  # a README without the bench markers
+        print(f"bench.report: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out} ({len(plots)} plots in {plots_dir})"
+          + (f" and the result block of {args.readme}" if args.readme else ""))
     return 0
 
 

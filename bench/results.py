@@ -67,7 +67,7 @@ class Run(Configured):
     ratio: float
     bound: str
     correct: bool
-    # The machine's CPUs busy during the timed calls (bench.cpu_load); older files lack it.
+    # The machine's CPUs busy during the timed calls (topologies.cpu_load); older files lack it.
     cpu_busy: float = math.nan
 
 

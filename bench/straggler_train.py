@@ -1,5 +1,5 @@
-"""Training with a straggler: the digits MLP (bench/training.py), one all-reduce per step, the
-compute of each step emulated, one node's made slower. Run by torchrun on every host
+"""Training with a straggler: the digits MLP (passing_agent/training.py), one all-reduce per step,
+the compute of each step emulated, one node's made slower. Run by torchrun on every host
 (bench/stragglers.py drives it in Mininet); every rank prints a JSON report as its last line.
 
 Why emulated compute: the MLP's own forward and backward take about a millisecond, so "2x
@@ -32,7 +32,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench.training import batch_indices, load_digits_split, model_and_buffer, set_flat_grads
+from passing_agent.training import (
+    batch_indices,
+    load_digits_split,
+    model_and_buffer,
+    set_flat_grads,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

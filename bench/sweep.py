@@ -44,16 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import analytic, report, results
-from bench.agent import STRATEGIES
 from bench.analytic import FabricModel, Rates
-from bench.cpu_load import CpuSampler, call_windows
 from bench.progress import Progress
-from bench.sizes import parse_size
-from bench.workloads import DEFAULT_MODEL, MODELS
 from controller.counters import StatsCounters
 from controller.topology import load
 from passing.pipeline_files import topology_file
+from passing_agent import STRATEGIES
+from passing_agent.sizes import parse_size
+from passing_agent.workloads import DEFAULT_MODEL, MODELS
 from topologies import link_rate
+from topologies.cpu_load import CpuSampler, call_windows
 from topologies.exclusive import busy_message
 from topologies.network import INA_JOB_OFFSET, PassingNetwork, link_bytes_per_call
 
@@ -602,8 +602,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{c['agent_pps']:.0f} packets/s" for t, c in calib.items())}
         from bench.plots import make_plots
         plots = make_plots(a_csv, t_csv if writer_t.rows else None, plots_dir)
-        report.write_report(a_csv, t_csv if writer_t.rows else None, plots, report_path, meta)
-        log(f"report {report_path}, plots in {plots_dir}")
+        # make bench's report (docs/benchmarks.md) also rewrites the README's result block.
+        readme = report.readme_for(report_path)
+        report.write_report(a_csv, t_csv if writer_t.rows else None, plots, report_path, meta,
+                            readme=readme)
+        log(f"report {report_path}, plots in {plots_dir}"
+            + (f", result block of {readme}" if readme else ""))
     return 1 if wrong else 0
 
 

@@ -12,9 +12,10 @@ A topology is a JSON file (topologies/*.json), in the spirit of p4lang/tutorials
       ]
     }
 
-A host's rack is the switch its link goes to. Addresses are derived (host i of the file:
-10.0.<rack index>.<i>, MAC 08:00:00:00:<rack>:<i>; switch d: 10.0.<d>.254) unless given as
-"ip"/"mac". Errors name the field: `links[3].port: port 5 of s1 is used twice`.
+A host's rack is the switch its link goes to. Addresses are derived unless given as "ip"/"mac"
+(controller.addresses: host i of a file of at most 253 hosts is 10.0.<rack index>.<i>, switch d
+10.0.<d>.254; a larger file gives host j of rack r 10.1.<r>.<j>). Errors name the field:
+`links[3].port: port 5 of s1 is used twice`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from controller.addresses import AddressPlanError, host_address, is_small, switch_address
 
 ROLES = ("tor", "spine")
 _MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
@@ -166,7 +169,7 @@ def _switches(switches_in: dict) -> dict[str, Switch]:
         role = sd.get("role")
         if role not in ROLES:
             raise TopologyError(f"{where}.role: expected one of {ROLES}, got {role!r}")
-        ip, mac = _addr(sd, where, f"10.0.{i}.254", f"08:00:00:00:{i:02x}:fe")
+        ip, mac = _addr(sd, where, *switch_address(i))
         switches[sname] = Switch(sname, role, i, ip, mac)
     return switches
 
@@ -236,6 +239,8 @@ def _spine_link(link: dict, where: str, switches: dict[str, Switch], sw: str, po
 def _hosts(hosts_in: dict, host_links: dict[str, _HostLink],
            switches: dict[str, Switch]) -> dict[str, Host]:
     hosts: dict[str, Host] = {}
+    small = is_small(len(hosts_in), max((s.index for s in switches.values()), default=0))
+    in_rack: dict[str, int] = {}
     for i, (hname, hd) in enumerate(hosts_in.items(), start=1):
         where = f"hosts.{hname}"
         hd = _obj(hd, where)
@@ -243,8 +248,14 @@ def _hosts(hosts_in: dict, host_links: dict[str, _HostLink],
             raise TopologyError(f"{where}: host has no link to a switch")
         rack, port, params = host_links[hname]
         gpus = _int(hd, "gpus", where, 1, 64, default=1)
-        r = switches[rack].index
-        ip, mac = _addr(hd, where, f"10.0.{r}.{i}", f"08:00:00:00:{r:02x}:{i:02x}")
+        in_rack[rack] = in_rack.get(rack, 0) + 1
+        try:
+            derived = host_address(small, i, switches[rack].index, in_rack[rack])
+        except AddressPlanError as e:
+            if "ip" not in hd or "mac" not in hd:
+                raise TopologyError(f"{where}: {e}") from None
+            derived = (hd["ip"], hd["mac"])
+        ip, mac = _addr(hd, where, *derived)
         hosts[hname] = Host(hname, rack, port, gpus, ip, mac, params)
     return hosts
 

@@ -41,7 +41,7 @@ from host_agent.job_source import params_from_env, pool_poll, this_host
 from host_agent.pool_move import Policy
 from host_agent.session import _to_signed, new_session
 from host_agent.stream import StreamConfig
-from passing._torch_autoload import BACKEND
+from passing import BACKEND
 from passing.contract import JobParams, parse_patience
 
 _SUMMED = (torch.float32, torch.float16, torch.bfloat16)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 from datetime import timedelta
 
-BACKEND = "passing"
+from passing import BACKEND
 
 
 def _create(store, rank: int, size: int, timeout: timedelta):

@@ -16,16 +16,6 @@ from p4.config.v1 import p4info_pb2
 from passing import protocol as P
 
 
-def load_p4info(path: str | Path | None = None) -> p4info_pb2.P4Info:
-    """The P4Info text file at `path`, or without one the committed P4Info as p4c compiles it
-    for this process's K (committed_p4info)."""
-    if path is None:
-        return committed_p4info()
-    info = p4info_pb2.P4Info()
-    text_format.Merge(Path(path).read_text(), info)
-    return info
-
-
 def sized_for_k(info: p4info_pb2.P4Info, k: int = P.K) -> p4info_pb2.P4Info:
     """`info` as p4c compiles the program for `k`: K changes nothing in the P4Info but the size
     of register slot_values, 2 * SLOT_CAPACITY * (k / 64) words (tests/p4/test_build.py
@@ -36,16 +26,6 @@ def sized_for_k(info: p4info_pb2.P4Info, k: int = P.K) -> p4info_pb2.P4Info:
         if r.preamble.name.lstrip(".") == "slot_values":
             r.size = 2 * P.SLOT_CAPACITY * (k // P.LANES_PER_WORD)
     return out
-
-
-def committed_p4info(k: int = P.K) -> p4info_pb2.P4Info:
-    """The committed P4Info (p4src/passing.p4info.txtpb, compiled at protocol.DEFAULT_K), sized
-    for `k`: what the software switch model runs and the controller pushes where p4c is absent."""
-    from passing.pipeline_files import COMMITTED_P4INFO
-
-    info = p4info_pb2.P4Info()
-    text_format.Merge(COMMITTED_P4INFO.read_text(), info)
-    return sized_for_k(info, k)
 
 
 class P4InfoError(KeyError):

@@ -26,10 +26,11 @@ from importlib import metadata, resources
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from passing import protocol as P
-from passing.p4info import committed_p4info, load_p4info
+from passing.p4info import sized_for_k
 
 DIST = "passing"
 K_STAMP = "passing.k"  # next to a build's outputs: the K it was compiled with
@@ -116,6 +117,24 @@ def built_k(build_dir: Path) -> int | None:
         return int((Path(build_dir) / K_STAMP).read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def load_p4info(path: str | Path | None = None) -> p4info_pb2.P4Info:
+    """The P4Info text file at `path`, or without one the committed P4Info as p4c compiles it
+    for this process's K (committed_p4info)."""
+    if path is None:
+        return committed_p4info()
+    info = p4info_pb2.P4Info()
+    text_format.Merge(Path(path).read_text(), info)
+    return info
+
+
+def committed_p4info(k: int = P.K) -> p4info_pb2.P4Info:
+    """The committed P4Info (p4src/passing.p4info.txtpb, compiled at protocol.DEFAULT_K), sized
+    for `k`: what the software switch model runs and the controller pushes where p4c is absent."""
+    info = p4info_pb2.P4Info()
+    text_format.Merge(COMMITTED_P4INFO.read_text(), info)
+    return sized_for_k(info, k)
 
 
 def pipeline_files(build_dir: Path = BUILD_DIR) -> tuple[p4info_pb2.P4Info, bytes]:

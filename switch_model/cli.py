@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from passing.p4info import load_p4info
+from passing.pipeline_files import load_p4info
 from switch_model import fastpath
 from switch_model.inspect_server import serve_inspection
 from switch_model.p4runtime_server import P4RuntimeService, serve

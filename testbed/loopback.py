@@ -18,7 +18,8 @@ from google.rpc import code_pb2
 from controller import installer
 from controller.switch import SwitchWriter, Update, WriteError
 from passing.contract import HostParams, JobParams
-from passing.p4info import P4InfoIndex, load_p4info
+from passing.p4info import P4InfoIndex
+from passing.pipeline_files import load_p4info
 from switch_model.p4runtime_server import P4RuntimeService
 from switch_model.pipeline import PASSING_OFF, Pipeline
 from testbed.entries import agent_port, job_entries, switch_mac, to_switch

@@ -39,7 +39,7 @@ class NetnsHosts:
                 _ip("ip", "link", "set", ifname, "netns", ns)
                 _ip("ip", "link", "set", ifname, "name", "eth0", ns=ns)
                 _ip("ip", "link", "set", "eth0", "address", h.mac, ns=ns)
-                _ip("ip", "addr", "add", f"{h.ip}/16", "dev", "eth0", ns=ns)
+                _ip("ip", "addr", "add", f"{h.ip}/8", "dev", "eth0", ns=ns)
                 _ip("ip", "link", "set", "eth0", "up", ns=ns)
                 # Checksums must be complete on the wire: a software switch forwards frames
                 # as they are, and veth would otherwise leave them to a NIC that is not there.

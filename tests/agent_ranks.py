@@ -14,7 +14,7 @@ def children(pid: int) -> list[int]:
 
 
 def rank_processes(agent: int) -> list[int]:
-    """The agent's local ranks, oldest first: the children of its fork server (bench.agent.pool
+    """The agent's local ranks, oldest first: the children of its fork server (passing_agent.pool
     forks them there); its other child, multiprocessing's resource tracker, has none."""
     return sorted(rank for child in children(agent) for rank in children(child))
 

@@ -1,4 +1,4 @@
-"""One passing-agent per Mininet host that stays up between all-reduces (bench.agent.serve).
+"""One passing-agent per Mininet host that stays up between all-reduces (passing_agent.serve).
 
 `make bench` runs dozens of commands per host; starting G ranks that import torch took 15-20 s
 of each run on a 2-core machine. Here each host's agent starts on its first command and answers
@@ -65,7 +65,7 @@ class AgentServers:
                     return proc
             self._log_dir.mkdir(parents=True, exist_ok=True)
             with open(self._log_dir / f"agent-{host}.log", "ab") as log:
-                proc = self._node(host).popen([sys.executable, "-m", "bench.agent.serve"],
+                proc = self._node(host).popen([sys.executable, "-m", "passing_agent.serve"],
                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                               stderr=log)
             self.started += 1
@@ -188,7 +188,7 @@ class AgentServers:
 
 
 def _end(proc: subprocess.Popen) -> None:
-    """Kill an agent started here (its ranks die with it: each watches it, bench.agent.worker)
+    """Kill an agent started here (its ranks die with it: each watches it, passing_agent.worker)
     and close our ends of its pipes."""
     if proc.poll() is None:
         proc.kill()

@@ -6,8 +6,10 @@ host, and the Mininet CLI with PASSING commands:
                                      (ina runs on job 1000+ID, made on first use)
     train [--job ID] [--backend passing|gloo] [--epochs N] [--nproc-per-node G]
           [--hosts H1,H2] [--timeout S] [--script PATH] [-- SCRIPT ARGS...]
-                                     PyTorch DDP training (examples/train_ddp.py) with torchrun
-                                     on every host of the job; loss, accuracy, it/s per rank
+                                     PyTorch DDP training (examples/train_ddp.py, or PATH) with
+                                     torchrun on every host of the job; a rank is ok when it
+                                     exits 0: loss, accuracy, it/s per rank from train_ddp.py's
+                                     report, another script's last output line
     jobs | slots | stats [ID]        the controller's view (as passing-ctl prints it)
     loss NODE1 NODE2 PERCENT         random loss on that link, both directions (0 removes it)
 
@@ -23,6 +25,7 @@ PASSING_CONTROLLER and PASSING_HOST from `train`.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -30,11 +33,11 @@ from pathlib import Path
 from mininet.cli import CLI
 from mininet.log import setLogLevel
 
-from bench.agent import STRATEGIES
-from bench.cpu_load import SATURATED_FROM, CpuSampler, call_windows
 from controller import cli as ctl_cli
 from controller.topology import TopologyError, load
 from passing.pipeline_files import topology_file
+from passing_agent import STRATEGIES
+from topologies.cpu_load import SATURATED_FROM, CpuSampler, call_windows
 from topologies.exclusive import NetworkBusy
 from topologies.link_rate import CPU_BOUND_BELOW
 from topologies.network import DEFAULT_WINDOWS, PassingNetwork
@@ -43,7 +46,7 @@ from topologies.network import DEFAULT_WINDOWS, PassingNetwork
 def allreduce_measured(pnet: PassingNetwork, *args, **kwargs) -> tuple[dict[str, dict],
                                                                          float | None]:
     """PassingNetwork.allreduce, and how busy this machine's CPUs were during its timed calls
-    (bench.cpu_load; None where that could not be read)."""
+    (topologies.cpu_load; None where that could not be read)."""
     with CpuSampler() as cpu:
         res = pnet.allreduce(*args, **kwargs)
     return res, cpu.busy_during(call_windows(res.values()))
@@ -88,26 +91,40 @@ def report_train(res: dict[str, dict]) -> bool:
         if not r["ok"] and all(rank.get("ok") for rank in r["ranks"]):
             print(f"{host}: FAILED: {r['error']}")
     for _, host, r in sorted(ranks, key=lambda x: x[0]):
-        where = f"{host} rank {r.get('rank')} (local {r.get('local_rank')})"
-        if not r.get("ok"):
-            print(f"{where}: FAILED: {r.get('error')}")
-            continue
-        print(f"{where} [{r.get('backend')}]: final loss {r['final_loss']:.4f}, accuracy "
-              f"{r['accuracy']:.3f}, {r['iters_per_s']:.1f} it/s, world size "
-              f"{r.get('world_size')}, ok")
+        print(_rank_line(f"{host} rank {r.get('rank')} (local {r.get('local_rank')})", r))
     failed = [r for _, _, r in ranks if not r.get("ok")]
-    worlds = {r.get("world_size") for _, _, r in ranks}
+    # Only a script's JSON report gives these (examples/train_ddp.py's); another script's
+    # ranks are judged by their exit status alone.
+    worlds = {r["world_size"] for _, _, r in ranks if "world_size" in r}
+    losses = [r["final_loss"] for _, _, r in ranks if "final_loss" in r]
     logs = ", ".join(sorted({r["log_dir"] for r in res.values()}))
     if not all(r["ok"] for r in res.values()):
         print(f"train: FAILED ({len(failed)} of {len(ranks)} ranks; logs in {logs})")
         return False
-    if worlds != {len(ranks)}:
+    if worlds and worlds != {len(ranks)}:
         print(f"train: FAILED: world sizes {sorted(worlds)} for {len(ranks)} ranks")
         return False
-    losses = [r["final_loss"] for _, _, r in ranks]
-    print(f"train: ok, {len(ranks)} ranks on {len(res)} hosts, final loss "
-          f"{min(losses):.4f}..{max(losses):.4f}")
+    print(f"train: ok, {len(ranks)} ranks on {len(res)} hosts, "
+          + (f"final loss {min(losses):.4f}..{max(losses):.4f}" if losses
+             else "exit code 0 on every rank"))
     return True
+
+
+def _rank_line(where: str, r: dict) -> str:
+    if not r.get("ok"):
+        return f"{where}: FAILED: {r.get('error')}"
+    if "final_loss" in r:  # examples/train_ddp.py's report
+        return (f"{where} [{r.get('backend')}]: final loss {r['final_loss']:.4f}, accuracy "
+                f"{r['accuracy']:.3f}, {r['iters_per_s']:.1f} it/s, world size "
+                f"{r.get('world_size')}, ok")
+    code = "" if r.get("exit_code") is None else f", exit code {r['exit_code']}"
+    last = r["output"] if "output" in r else json.dumps(
+        {k: v for k, v in r.items() if k not in _RESULT_KEYS})
+    return f"{where}: ok{code}; printed last: {last or '(nothing)'}"
+
+
+# What topologies/train_results.py adds to a rank's report: not the script's own words.
+_RESULT_KEYS = {"ok", "exit_code", "rank", "host", "local_rank"}
 
 
 class PassingCLI(CLI):
@@ -139,7 +156,8 @@ class PassingCLI(CLI):
         """train [--job ID] [--backend passing|gloo] [--epochs N] [--nproc-per-node G]
         [--hosts H1,H2] [--timeout S] [--script PATH] [-- SCRIPT ARGS...]: torchrun on every
         host of the job (default: the first job; --hosts: those instead) running a DDP
-        training script (default examples/train_ddp.py); one line per rank and a verdict."""
+        training script (default examples/train_ddp.py); one line per rank (ok when it exited
+        0: its report, or its last output line; else its exit code and error) and a verdict."""
         words = shlex.split(line)
         extra = words[words.index("--") + 1:] if "--" in words else []
         words = words[:words.index("--")] if "--" in words else words

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from bench.agent import STRATEGIES
 from passing import protocol as P
+from passing_agent import STRATEGIES
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
 

@@ -18,8 +18,7 @@ import pytest
 from controller.core import Controller, Endpoint
 from controller.switch import SwitchConnection
 from controller.topology import load
-from passing.p4info import load_p4info
-from passing.pipeline_files import pipeline_files
+from passing.pipeline_files import load_p4info, pipeline_files
 from switch_model.p4runtime_server import P4RuntimeService, listen
 from switch_model.pipeline import Pipeline
 from testbed.fabric import FABRIC_ELECTION_ID

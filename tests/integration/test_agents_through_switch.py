@@ -40,7 +40,7 @@ def star_hosts(target, tmp_path):
 
 
 def run_agents(hosts: NetnsHosts, params, size: str, timeout: float = 300) -> dict:
-    procs = {h: hosts.popen(h, [sys.executable, "-m", "bench.agent.cli", "--params", str(params),
+    procs = {h: hosts.popen(h, [sys.executable, "-m", "passing_agent.cli", "--params", str(params),
                                 "--host", h, "--size", size, "--iters", "2", "--json",
                                 "--rto", "0.05", "--timeout", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

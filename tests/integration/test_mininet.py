@@ -19,11 +19,12 @@ import pytest
 from controller.topology import load
 from passing import protocol as P
 from tests import REPO
-from topologies import link_loss, link_rate, training
+from topologies import link_loss, link_rate, train_results, training
 from topologies import network as network_module
 from topologies.exclusive import NetworkBusy
 from topologies.management import MGMT_BRIDGE, ManagementError
 from topologies.network import PassingNetwork
+from topologies.run import report_train
 
 
 @pytest.fixture
@@ -351,62 +352,6 @@ def test_a_second_network_is_refused_and_the_running_one_goes_on(network, tmp_pa
     assert all(r.get("ok") and r["correct"] for r in res.values()), res
 
 
-def test_train_without_a_script_says_to_pass_one(monkeypatch, tmp_path):
-    monkeypatch.setattr(network_module, "CHECKOUT", tmp_path)
-    with pytest.raises(FileNotFoundError, match="pass one"):
-        PassingNetwork._default_script()
-
-
-def test_rank_reports_come_from_torchruns_per_rank_logs(tmp_path):
-    """A rank's report is the last stdout line of its log file; a rank without one reports the
-    exception its stderr ends with (torch's `[rankN]:` prefix and c10d's log lines aside)."""
-    run = training.HostRun("h2", 1, 3, 2, tmp_path, tag="t")
-    attempt = tmp_path / "none_x1y2" / "attempt_0"
-    for lr in range(2):
-        (attempt / str(lr)).mkdir(parents=True)
-    (attempt / "0" / "stdout.log").write_text(
-        'progress\n{"ok": true, "rank": 2, "final_loss": 0.5}\n\n')
-    (attempt / "0" / "stderr.log").write_text("[W1130 socket.cpp:207] a warning\n")
-    (attempt / "1" / "stdout.log").write_text("")
-    (attempt / "1" / "stderr.log").write_text(
-        "[rank3]: Traceback (most recent call last):\n[rank3]:   File \"x.py\"\n"
-        "[rank3]: RuntimeError: Connection closed by peer\n[W1130 ProcessGroup.cpp] late\n")
-    run.proc = subprocess.Popen(["false"])
-    run.proc.wait()
-    res = training.collect(run)
-    assert not res["ok"] and res["exit_code"] == 1 and res["killed"] is None
-    r0, r1, r2 = res["ranks"]
-    assert r0 == {"ok": True, "rank": 2, "final_loss": 0.5, "host": "h2", "local_rank": 0}
-    assert r1 == {"ok": False, "rank": 3, "host": "h2", "local_rank": 1,
-                  "error": "RuntimeError: Connection closed by peer"}
-    assert r2["rank"] == 4 and not r2["ok"] and r2["error"]  # torchrun never started it
-    assert res["error"] == "RuntimeError: Connection closed by peer"
-    run.killed = "killed: no result within 9s"
-    assert training.collect(run)["ranks"][1]["error"] == \
-        "killed: no result within 9s (RuntimeError: Connection closed by peer)"
-
-
-def test_a_rank_that_aborts_after_its_report_is_named(tmp_path):
-    """Every rank reported success, then one aborted on its way out: the host's error names
-    that rank and its last words, not torchrun's ChildFailedError."""
-    run = training.HostRun("h2", 1, 2, 2, tmp_path, tag="t")
-    attempt = tmp_path / "none_x1y2" / "attempt_0"
-    for lr in range(2):
-        (attempt / str(lr)).mkdir(parents=True)
-        (attempt / str(lr) / "stdout.log").write_text(f'{{"ok": true, "rank": {2 + lr}}}\n')
-    (attempt / "0" / "stderr.log").write_text(
-        "[W1130 socket.cpp:207] a warning\nterminate called without an active exception\n")
-    (attempt / "1" / "stderr.log").write_text("[W1130 socket.cpp:207] a warning\n")
-    (tmp_path / "torchrun.log").write_text(
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
-    run.proc = subprocess.Popen(["sh", "-c", "exit 1"])
-    run.proc.wait()
-    res = training.collect(run)
-    assert not res["ok"] and all(r["ok"] for r in res["ranks"])
-    assert res["error"] == ("rank 2 reported success, then torchrun exited with code 1; its "
-                            "stderr ends: terminate called without an active exception")
-
-
 def test_killing_a_run_kills_every_process_with_its_tag():
     """Also those that left the process group and were reparented (torchrun's workers run in
     sessions of their own)."""
@@ -522,6 +467,56 @@ def test_train_with_passing_matches_gloo(network):
                                                               abs=0.02)
     # The gradients went through the switch's aggregation.
     assert pnet.ctl.stats(2)["s1"]["job_contributions"] > 0
+
+
+# A user's own DDP script: no JSON report, a plain line last on stdout, a warning on stderr. It
+# takes the --backend that train() passes and ignores the rest (--json).
+FOREIGN_SCRIPT = """\
+import argparse
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--backend", default="gloo")
+backend = ap.parse_known_args()[0].backend
+dist.init_process_group(backend)
+torch.manual_seed(0)
+model = DDP(nn.Linear(16, 4))
+model(torch.randn(8, 16)).sum().backward()
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: one step on {backend}", flush=True)
+warnings.warn("this script's own warning")
+del model
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_script_of_the_users_own_is_judged_by_its_exit_status(network, tmp_path, capsys):
+    """The issue's case: a DDP script that prints no JSON report and warns on stderr, and
+    exits 0 on every rank: every rank ok, showing its last stdout line; `train` says ok."""
+    pnet = network("star")
+    pnet.create_job(2, ["h1", "h2"], window=16)
+    script = tmp_path / "my_ddp.py"
+    script.write_text(FOREIGN_SCRIPT)
+    res = pnet.train(2, backend="passing", script=script, timeout=240)
+    assert all(r["ok"] for r in res.values()), {h: r["error"] for h, r in res.items()}
+    ranks = _ranks(res)
+    assert [(r["rank"], r["exit_code"], r["output"]) for r in ranks] == \
+        [(i, 0, f"rank {i} of 4: one step on passing") for i in range(4)], ranks
+    for host in res.values():  # the warning was there, and judged nothing
+        for r in host["ranks"]:
+            _, err = train_results.rank_logs(Path(host["log_dir"]), r["local_rank"])
+            assert "UserWarning: this script's own warning" in err.read_text()
+    assert report_train(res)
+    out = capsys.readouterr().out
+    assert "h2 rank 3 (local 1): ok, exit code 0; printed last: rank 3 of 4: one step on " \
+           "passing\n" in out
+    assert out.endswith("train: ok, 4 ranks on 2 hosts, exit code 0 on every rank\n")
+    assert pnet.ctl.stats(2)["s1"]["job_contributions"] > 0  # its gradients went through s1
 
 
 def test_train_across_every_host_of_leafspine_through_both_racks(network):

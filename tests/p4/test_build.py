@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from passing import protocol as P
-from passing.p4info import P4InfoIndex, committed_p4info, pipeline_signature, sized_for_k
-from passing.pipeline_files import COMMITTED_P4INFO, built_k
+from passing.p4info import P4InfoIndex, pipeline_signature, sized_for_k
+from passing.pipeline_files import COMMITTED_P4INFO, built_k, committed_p4info
 from switch_model.pipeline import INITIAL_DEFAULTS
 from tests import REPO
 

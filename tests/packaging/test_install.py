@@ -136,7 +136,7 @@ def test_commands_import_no_test_harness(installed):
     # scapy and testbed/ are for tests and benchmarks: no installed command may need them.
     loaded = installed.python(
         "import json, sys, importlib.util\n"
-        "import controller.cli, switch_model.cli, bench.agent.cli\n"
+        "import controller.cli, switch_model.cli, passing_agent.cli\n"
         "print(json.dumps({'scapy': 'scapy' in sys.modules,\n"
         "  'testbed': importlib.util.find_spec('testbed') is not None}))")
     assert loaded == {"scapy": False, "testbed": False}

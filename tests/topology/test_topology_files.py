@@ -75,3 +75,54 @@ def test_hosts_attach_to_tors_only():
                       {"switch": "t", "port": 1, "peer": "sp", "peer_port": 2}]}
     with pytest.raises(TopologyError, match=r"links\[0\]\.switch: hosts attach to ToR"):
         parse(data)
+
+
+def _racks(racks: int, per_rack: int) -> dict:
+    """`racks` ToRs of `per_rack` hosts each under one spine, every address derived."""
+    data: dict = {"name": "big", "switches": {f"tor{r}": {"role": "tor"} for r in range(racks)},
+                  "hosts": {}, "links": []}
+    data["switches"]["spine"] = {"role": "spine"}
+    for r in range(racks):
+        for j in range(per_rack):
+            name = f"h{r * per_rack + j + 1}"
+            data["hosts"][name] = {"gpus": 8}
+            data["links"].append({"node": name, "switch": f"tor{r}", "port": j + 1})
+        data["links"].append({"switch": f"tor{r}", "port": per_rack + 1, "peer": "spine",
+                              "peer_port": r + 1})
+    return data
+
+
+def test_the_shipped_topologies_keep_their_addresses():
+    t = load(REPO / "topologies" / "leafspine.json")
+    assert [(h.ip, h.mac) for h in t.hosts.values()] == [
+        ("10.0.0.1", "08:00:00:00:00:01"), ("10.0.0.2", "08:00:00:00:00:02"),
+        ("10.0.1.3", "08:00:00:00:01:03"), ("10.0.1.4", "08:00:00:00:01:04")]
+    assert [s.ip for s in t.switches.values()] == ["10.0.0.254", "10.0.1.254", "10.0.2.254"]
+
+
+@pytest.mark.parametrize("racks,per_rack", [(32, 32), (4, 64), (2, 128), (1, 253)])
+def test_large_fabrics_derive_a_unique_address_for_every_host(racks, per_rack):
+    t = parse(_racks(racks, per_rack))
+    nodes = [*t.hosts.values(), *t.switches.values()]
+    assert len(nodes) == racks * per_rack + racks + 1
+    assert len({n.ip for n in nodes}) == len(nodes) and len({n.mac for n in nodes}) == len(nodes)
+    # Every address is a host address of 10.0.0.0/8, the hosts' on-link prefix.
+    for n in nodes:
+        octets = [int(o) for o in n.ip.split(".")]
+        assert octets[0] == 10 and 1 <= octets[3] <= 254, n
+
+
+def test_a_fabric_of_more_than_253_hosts_puts_the_rack_in_the_address():
+    t = parse(_racks(32, 32))
+    assert t.hosts["h256"].ip == "10.1.7.32" and t.hosts["h257"].ip == "10.1.8.1"
+    assert t.hosts["h1024"].mac == "08:00:01:00:1f:20"
+
+
+def test_a_rack_too_large_for_derived_addresses_says_so_and_takes_written_ones():
+    data = _racks(1, 300)
+    with pytest.raises(TopologyError, match=r"hosts\.h254: more than 253 hosts in one rack"):
+        parse(data)
+    for i, name in enumerate(data["hosts"], start=1):
+        data["hosts"][name].update(ip=f"10.9.{i // 250}.{1 + i % 250}",
+                                   mac=f"08:00:09:00:{i // 250:02x}:{1 + i % 250:02x}")
+    assert parse(data).hosts["h300"].ip == "10.9.1.51"

@@ -20,7 +20,7 @@ import pytest
 from controller import installer
 from passing import cbuild
 from passing import protocol as P
-from passing.p4info import load_p4info
+from passing.pipeline_files import load_p4info
 from switch_model import fastpath
 from switch_model.p4runtime_server import P4RuntimeService
 from switch_model.pipeline import PASSING_END, PASSING_OFF, VALUES_OFF, Pipeline

@@ -17,7 +17,7 @@ import pytest
 from controller import installer
 from passing import mmsg
 from passing import protocol as P
-from passing.p4info import load_p4info
+from passing.pipeline_files import load_p4info
 from switch_model.p4runtime_server import P4RuntimeService
 from switch_model.pipeline import Pipeline
 from switch_model.ports import Ports

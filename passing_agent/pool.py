@@ -2,7 +2,7 @@
 
 Starting G ranks costs seconds each (a process, then torch); `make bench` runs dozens of
 commands per host, so the ranks start once and each command only builds its process groups
-(bench.agent.worker). A command that fails, or whose ranks do not all come back idle, costs
+(passing_agent.worker). A command that fails, or whose ranks do not all come back idle, costs
 the ranks: they end and the next command starts fresh ones, so nothing a failed command
 left behind (a rank stuck in a collective, a socket still bound) reaches the next: they are
 asked to stop, and killed if they have not within 5 s.
@@ -21,9 +21,9 @@ import time
 
 import numpy as np
 
-from bench.agent import worker
-from bench.agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
 from passing.contract import JobParams
+from passing_agent import worker
+from passing_agent.options import IDLE_GRACE_S, RunOptions, command_budget_s
 
 # Only modules that read no PASSING_* setting at import: the server outlives the settings a
 # caller may change between starts (each rank applies the agent's environment as it starts).

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from bench.agent import STRATEGIES
 from host_agent.allreduce import PassingAllreduce, stream_tensor
 from host_agent.pool_move import pool_session
 from host_agent.session import agree_in_group
 from host_agent.stream import SlotStreamer, StreamConfig, Transport
 from host_agent.transport import UdpTransport
 from passing.contract import JobParams
+from passing_agent import STRATEGIES
 
 __all__ = ["STRATEGIES", "InaAllreduce", "PassingAllreduce", "Ranks", "build"]
 

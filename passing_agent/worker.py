@@ -1,7 +1,7 @@
 """One local rank of `passing-agent`: what it does for one command (timed all-reduces of a
 strategy, or training), and the loop that keeps it alive between commands.
 
-A rank lives as long as its agent (bench.agent.pool), forked from a server that imported
+A rank lives as long as its agent (passing_agent.pool), forked from a server that imported
 torch once for all of the agent's ranks; every command builds its own process groups and
 sockets and tears them down before the next, so one command cannot see another's state.
 Every report carries the command's number, so a report of a command given up on is never
@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
-from bench.agent import check
-from bench.agent.check import Answers, expected_sum, rank_tensor
 from host_agent.job_source import params_from_env
 from passing.contract import JobParams
+from passing_agent import check
+from passing_agent.check import Answers, expected_sum, rank_tensor
 
 _GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 
@@ -30,7 +30,7 @@ _GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 def _die_with_agent(agent: int) -> None:
     """A rank must not outlive its passing-agent: an orphaned leader would go on streaming as
     if its host were still in the session. The rank's parent is the agent's fork server
-    (bench.agent.pool), which stays up while any rank does (each holds its pipe), so the
+    (passing_agent.pool), which stays up while any rank does (each holds its pipe), so the
     parent's death signal alone would never come: a thread waits on the agent itself (a
     pidfd, which becomes readable when it exits) and kills the rank then; the fork server
     exits after its ranks, as the agent's other helper does."""
@@ -72,7 +72,7 @@ class _Tagged:
 
 def serve(rank: int, commands, out, agent: int, environ: dict[str, str]) -> None:
     """The life of local rank `rank`: run each command from `commands` (a job dict, see
-    bench.agent.pool) until None, then report "idle" with the command's number. The pool
+    passing_agent.pool) until None, then report "idle" with the command's number. The pool
     takes a rank that does not come back idle for stuck (a peer failed mid-collective) and
     starts the ranks afresh. `environ`: the agent's environment when it started the rank (a
     forked rank has its fork server's)."""
@@ -117,14 +117,14 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         import torch
         import torch.distributed as dist
 
-        from bench.agent import strategies
-        from bench.agent.start_line import StartLine
         from host_agent.session import (
             RendezvousError,
             agree_by_tcp,
             agree_in_group,
             reach_rendezvous,
         )
+        from passing_agent import strategies
+        from passing_agent.start_line import StartLine
 
         params, host = args["params"], args["host"]
         hosts = params.host_names
@@ -146,7 +146,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             torch.set_num_threads(1)
         passing = None
         # Before each call every rank of every host meets at the start line (UDP datagrams
-        # resent in milliseconds; see bench.agent.start_line): its address now, its peers' once
+        # resent in milliseconds; see passing_agent.start_line): its address now, its peers' once
         # the groups below can exchange them.
         line = StartLine((params.host(host).host_ip, 0))
         closers.append(line.close)
@@ -315,9 +315,9 @@ def _stream_counts(stats) -> dict:
 
 
 def _train(allreduce, ranks, args: dict, stats, ready) -> dict:
-    """The training workload (bench/training.py) with this strategy's all-reduce: every rank
+    """The training workload (passing_agent/training.py) with this strategy's all-reduce: every rank
     of every host is one data-parallel worker; `ready` meets the others before the clock."""
-    from bench.training import train
+    from passing_agent.training import train
 
     world = sum(ranks.local_size)
     res = train(allreduce, ranks.rank, world, args["train_steps"],

@@ -1,4 +1,4 @@
-"""The start line before each timed call (bench.agent.start_line): nobody's timer starts before
+"""The start line before each timed call (passing_agent.start_line): nobody's timer starts before
 every rank is there, every call meets anew, a lost datagram costs a resend rather than the
 meeting, and a rank that never comes is an error, not a hang."""
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from bench.agent import start_line as sl
-from bench.agent.start_line import HostsMissing, StartLine
+from passing_agent import start_line as sl
+from passing_agent.start_line import HostsMissing, StartLine
 
 
 def _lines(n: int, token: int = 7, names: list[str] | None = None) -> list[StartLine]:

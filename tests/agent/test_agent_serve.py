@@ -1,4 +1,4 @@
-"""passing-agent kept running (bench.agent.serve): two hosts of two local ranks, each one agent
+"""passing-agent kept running (passing_agent.serve): two hosts of two local ranks, each one agent
 process answering command after command through the switch pipeline over real UDP. Every
 answer is checked (the first ones too), the ranks start once, a refused command changes
 nothing, and a failed command leaves no trace in the next one."""
@@ -33,7 +33,7 @@ def _free_udp_port() -> int:
 class Agent:
     def __init__(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PASSING_")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.agent.serve"], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "passing_agent.serve"], cwd=REPO,
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)
 
@@ -70,7 +70,7 @@ def job(tmp_path):
 
 
 def _store_dirs(agent: Agent) -> list[str]:
-    """The directories where the agent's local ranks meet (bench.agent.pool): one while its
+    """The directories where the agent's local ranks meet (passing_agent.pool): one while its
     ranks are up, none after."""
     return glob.glob(os.path.join(tempfile.gettempdir(), f"passing-agent-{agent.proc.pid}-*"))
 
@@ -239,7 +239,7 @@ def test_the_bytes_of_the_timed_calls_are_read_from_the_named_interface():
     """What an agent reports as its host link's bytes per timed call: the interface's own
     counters, read before and after (here loopback, with 20 KB sent between the reads), per
     call; nothing where the interface cannot be read, rather than a made-up zero."""
-    from bench.agent import worker
+    from passing_agent import worker
 
     start = worker._link_bytes("lo")
     assert start is not None and min(start) >= 0

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.training import load_digits_split, make_model, train
+from passing_agent.training import load_digits_split, make_model, train
 from tests.spawned import run_ranks
 
 WORLD, STEPS, SEED, GLOBAL_BATCH = 2, 30, 3, 64
@@ -34,7 +34,7 @@ def worker(rank: int, port: int, out: mp.Queue) -> None:
         import torch
         import torch.distributed as dist
 
-        from bench.training import train
+        from passing_agent.training import train
 
         torch.set_num_threads(1)  # two processes on as few as two cores
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -123,7 +123,7 @@ def test_model_init_depends_on_the_seed_only_and_spares_the_global_rng():
 
 
 def test_the_wide_workload_has_a_million_parameters_and_learns():
-    from bench.workloads import parameters
+    from passing_agent.workloads import parameters
 
     n = sum(p.numel() for p in make_model(0, "digits-wide").parameters())
     assert n == parameters("digits-wide") == 1_126_410

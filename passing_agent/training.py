@@ -1,9 +1,9 @@
 """The data-parallel training workloads for comparing all-reduce strategies.
 
-Every rank trains the same MLP (bench.workloads: a small one, and a wide one of 1.1M parameters)
-on the scikit-learn digits (shipped with the package, so nothing is downloaded and the run is
-the same on every machine). The all-reduce is a plain callable, so the
-same loop runs with torch.distributed, the PASSING agent, or an identity for one process, and the
+Every rank trains the same MLP (passing_agent.workloads: a small one, and a wide one of 1.1M
+parameters) on the scikit-learn digits (shipped with the package, so nothing is downloaded and
+the run is the same on every machine). The all-reduce is a plain callable, so the same loop
+runs with torch.distributed, the PASSING agent, or an identity for one process, and the
 results (accuracy, final weights) say whether a strategy aggregated correctly, not only how fast.
 
 Data parallelism here is exact: step `s` uses global batch `s`, rank `r` takes the `r`-th
@@ -23,7 +23,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
 
-from bench.workloads import CLASSES, DEFAULT_MODEL, IN_FEATURES, MODELS
+from passing_agent.workloads import CLASSES, DEFAULT_MODEL, IN_FEATURES, MODELS
 
 Allreduce = Callable[[torch.Tensor], torch.Tensor]
 

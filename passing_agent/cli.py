@@ -24,11 +24,6 @@ import json
 import os
 import sys
 
-from bench.agent import STRATEGIES
-from bench.agent.options import RunOptions
-from bench.agent.pool import RankPool
-from bench.sizes import parse_size
-from bench.workloads import MODELS as TRAIN_MODELS
 from host_agent.job_source import JobSourceError, params_from_env, pool_poll, this_host
 from host_agent.transport import (
     DEFAULT_SEGMENTS,
@@ -37,6 +32,11 @@ from host_agent.transport import (
     default_segments,
 )
 from passing.contract import JobParams, ParamsError
+from passing_agent import STRATEGIES
+from passing_agent.options import RunOptions
+from passing_agent.pool import RankPool
+from passing_agent.sizes import parse_size
+from passing_agent.workloads import MODELS as TRAIN_MODELS
 
 EXAMPLE = ("passing-ctl job show 7 --json | jq .agent_params > job7.json\n"
            "  passing-agent --params job7.json --host h1 --size 4M --iters 5\n"

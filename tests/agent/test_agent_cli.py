@@ -46,7 +46,7 @@ def params_file(loopback):
     return loopback[1]
 
 
-def agent(*args: str, python: tuple[str, ...] = ("-m", "bench.agent.cli"),
+def agent(*args: str, python: tuple[str, ...] = ("-m", "passing_agent.cli"),
           env: dict[str, str] | None = None) -> subprocess.Popen:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PASSING_")}
     return subprocess.Popen([sys.executable, *python, *args], env={**clean, **(env or {})},
@@ -129,7 +129,7 @@ def test_parameters_with_a_bad_field_name_it(params_file, tmp_path):
 def test_training_without_scikit_learn_says_what_to_install(params_file):
     # sys.modules[name] = None makes the import machinery report the package as absent.
     hide_sklearn = ("-c", "import sys; sys.modules['sklearn'] = None; "
-                          "from bench.agent.cli import main; sys.exit(main())")
+                          "from passing_agent.cli import main; sys.exit(main())")
     p = agent("--params", str(params_file), "--host", "h1", "--train", "5", python=hide_sklearn)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 2 and "--train needs scikit-learn" in err, err
@@ -204,7 +204,7 @@ def test_one_host_restarting_alone_gets_no_session_and_the_other_fails(loopback)
 @pytest.mark.parametrize("strategy", ["ring", "hier-ring", "ps"])
 def test_baseline_strategies_get_the_same_correct_sum(params_file, strategy):
     # 150K + 1 values: the parameter server's pipeline has 16 chunks of 9,600 and a 17th of one
-    # value (bench/agent/strategies.ps_chunk_bytes); pushes, pulls and the server's sums must
+    # value (passing_agent/strategies.ps_chunk_bytes); pushes, pulls and the server's sums must
     # split the tensor alike down to that last value.
     port = str(free_tcp_port())
     procs = [agent("--params", str(params_file), "--host", h, "--size", "153601", "--iters", "1",

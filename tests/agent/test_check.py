@@ -1,4 +1,4 @@
-"""The benchmark's checker (bench.agent.check): the exact sum it compares every call with, the
+"""The benchmark's checker (passing_agent.check): the exact sum it compares every call with, the
 error bound that decides "correct", and the rank's memo of the last sum, which must never answer
 for another seed, size or job shape."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.agent import check
 from host_agent import fixed_point as fx
 from passing import protocol as P
 from passing.contract import HostParams, JobParams
+from passing_agent import check
 
 
 def _params(gpus: tuple[int, ...]) -> JobParams:

@@ -1,4 +1,4 @@
-"""bench.cpu_load: the machine's CPUs during a run's timed calls, read from /proc/stat."""
+"""topologies.cpu_load: the machine's CPUs during a run's timed calls, read from /proc/stat."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.cpu_load import CpuSampler, call_windows, read_ticks
+from topologies.cpu_load import CpuSampler, call_windows, read_ticks
 
 
 def test_busy_share_is_taken_between_the_samples_around_each_window():

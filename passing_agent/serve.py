@@ -1,4 +1,4 @@
-"""`python -m bench.agent.serve`: passing-agent kept running on its host, driven by commands.
+"""`python -m passing_agent.serve`: passing-agent kept running on its host, driven by commands.
 
 Each line on stdin is one command: a JSON list of passing-agent arguments, as on its command
 line (`["--params", "job.json", "--host", "h1", "--size", "1M", "--strategy", "ring"]`). Each
@@ -8,7 +8,7 @@ passing-agent refuses, `{"ok": false, "usage": true, "error": ...}`. End of inpu
 `quit`, stops it and its ranks. Anything that goes wrong is answered (`ok` false and an
 `error`), so every command gets its line.
 
-The local ranks start with the first command and stay up (bench.agent.pool): a command costs
+The local ranks start with the first command and stay up (passing_agent.pool): a command costs
 its process groups and rendezvous, not G processes importing torch. `make bench`, the Mininet
 CLI's `allreduce` and the tests drive them this way, one per host and command running at once
 (topologies/agent_servers.py).
@@ -21,8 +21,8 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 
-from bench.agent.cli import UsageError, parse_command
-from bench.agent.pool import RankPool
+from passing_agent.cli import UsageError, parse_command
+from passing_agent.pool import RankPool
 
 
 def answer(line: str, pool: RankPool) -> dict:

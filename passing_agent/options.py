@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.workloads import train_budget_s
 from host_agent.stream import StreamConfig
+from passing_agent.workloads import train_budget_s
 
 IDLE_GRACE_S = 10.0  # how long ranks may take to tear a command down after the leader reported
 
@@ -30,7 +30,7 @@ class RunOptions:
     rendezvous_timeout: float = 60.0
     train_steps: int = 0  # > 0: train an MLP on the digits instead of timed all-reduces
     global_batch: int = 0  # 0: 8 x ranks
-    model: str = "digits-mlp"  # with train_steps: which MLP (bench.workloads.MODELS)
+    model: str = "digits-mlp"  # with train_steps: which MLP (passing_agent.workloads.MODELS)
     eval_every: int = 0  # with train_steps: test accuracy every this many steps (0: at the end)
     # Where the leader re-reads the job's parameters to learn of a live resize: this file, or
     # (None) the environment's source; every pool_poll seconds (0: never).
