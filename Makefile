@@ -5,14 +5,16 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-all test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
 	@echo "make build         compile p4src/ with $(P4C) into $(BUILD)/k<K>/ (BMv2 JSON + P4Info"
 	@echo "                   text); K, values per packet: PASSING_K=64|128|256|320 (default 320), docs/protocol.md"
 	@echo "make update-p4info build, then copy the P4Info to p4src/ (after changing p4src/)"
-	@echo "make test          run the test suite (BMv2/p4c tests skip when those are missing)"
+	@echo "make test          check an install in about 5 minutes: unit tests, the conformance suite"
+	@echo "                   on every installed target, one Mininet run end to end"
+	@echo "make test-all      every test (what .ci/run runs); BMv2/p4c tests skip when those are missing"
 	@echo "make test-other-k  the conformance suite (model, BMv2) at every K but PASSING_K's"
 	@echo "make test-python-pipeline  the conformance suite on the model with every frame through"
 	@echo "                   its Python pipeline (make test runs the model's compiled PASSING path)"
@@ -43,7 +45,15 @@ build:
 update-p4info:
 	@$(PY) -m passing.p4build --p4c $(P4C) --root $(BUILD) --update-p4info
 
+# The install check: the switch's behaviour on every installed target (conformance), the units,
+# the product's layers, and one all-reduce through Mininet on both shipped topologies. Everything
+# else (controller and agent suites, the other Mininet scenarios, packaging) is in test-all.
+QUICK_TESTS = tests/unit tests/conformance tests/packaging/test_layers.py \
+	tests/integration/test_mininet.py::test_allreduce_on_every_host_is_correct
 test:
+	$(PY) -m pytest $(QUICK_TESTS)
+
+test-all:
 	$(PY) -m pytest
 
 # K (values per packet) is a compile-time choice, PASSING_K (docs/protocol.md, "Choosing K");
