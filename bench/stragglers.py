@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--patience", type=float, default=0.05,
                     help="fixed PASSING_PATIENCE, seconds (default 0.05)")
     # MIN above this machine's jitter: with 5 ms, rounds of 6-9 ms taught a patience of ~20 ms
-    # and delays past it made 20 of 300 calls short without any straggler (docs/benchmarks.md).
+    # and delays past it made 20 of 300 calls short without any straggler (docs/history.md).
     ap.add_argument("--adaptive", default="0.02..0.05",
                     help="adaptive PASSING_PATIENCE, MIN..MAX seconds (default 0.02..0.05)")
     ap.add_argument("--staleness", type=int, default=4, help="PASSING_STALENESS (default 4)")

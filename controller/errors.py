@@ -1,4 +1,5 @@
-"""The controller's errors (re-exported by controller.core, where callers import them from)."""
+"""The controller's errors (re-exported by controller.core and controller.store, where callers
+import them from)."""
 
 
 class ControllerError(RuntimeError):
@@ -11,3 +12,7 @@ class SwitchFailure(ControllerError):
 
 class SwitchUnreachable(SwitchFailure):
     """No P4Runtime session with a switch, after the retries."""
+
+
+class StoreError(Exception):
+    """The store refused an operation, or the file is not a job store it can read."""

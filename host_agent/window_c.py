@@ -1,7 +1,7 @@
 """The host agent's window compiled (window.c): a call's packets built and its results taken a
 batch at a time in one C call each, where SlotStreamer's numpy takes some fifty array
 operations a pass (on a machine whose two cores also run the emulated switches, the agents'
-numpy was a quarter of all CPU time at 80 Mbit/s; see docs/benchmarks.md).
+numpy was a quarter of all CPU time at 80 Mbit/s; see docs/history.md).
 
 Only the batch work is compiled: SlotStreamer._send's packet building and slot state, and
 SlotStreamer._collect's matching with _Call.absorb. Loss recovery, probes, quorum and results

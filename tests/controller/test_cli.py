@@ -246,8 +246,8 @@ def test_stats_with_a_switch_down_gives_the_others_and_says_which(make_control, 
         assert "tor2" in stats["tor2"]["error"] and stats["tor2"]["fan_in"] == 1
         # Every job: the down switch is asked once, not once per job (each costs the retries).
         asked = []
-        real = down.conn
-        down.conn = lambda name: (asked.append(name), real(name))[1]
+        real = down.connections.conn
+        down.connections.conn = lambda name: (asked.append(name), real(name))[1]
         code, out, err = cli(down, capsys, "stats")
         assert code == 4 and "tor2" in err
         assert asked.count("tor2") == 1, asked

@@ -271,7 +271,7 @@ def test_a_build_for_another_k_is_refused_with_how_to_fix_it(tmp_path):
     try:
         with pytest.raises(ControllerError, match=f"built for K={other}, but PASSING_K gives "
                                                   f"K={P.K}: build it for this K"):
-            ctl._pipeline()
+            ctl.pipelines.pipeline()
     finally:
         ctl.close()
 

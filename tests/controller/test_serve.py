@@ -142,7 +142,7 @@ def test_never_connects_to_a_switch(served):
     fabric["s1"].server.stop(grace=None)  # any switch call would now fail
     assert [get(server.url + path)[0] for path in ("/v1/jobs", "/v1/jobs/1", "/v1/jobs/9")] \
         == [200, 200, 404]
-    assert ctl._conns == {}  # not even tried
+    assert ctl.connections.connected == []  # not even tried
 
 
 @model_only

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from controller import store_rows
 from controller.store import JobRecord, JobStore, PoolRecord, RetiringPool, StoreError
 from passing import protocol as P
 
@@ -155,7 +156,7 @@ def test_failure_in_the_middle_of_add_rolls_back(store, monkeypatch):
     store.add_job(job(1, pool("spine", stat_idx=3, mcast_grp=2, gen=1)))
     # Skip the friendly checks so that the second pool fails on the UNIQUE constraint after the
     # job row and the first pool have been written.
-    monkeypatch.setattr(JobStore, "_check_free_on_switch", lambda *args: None)
+    monkeypatch.setattr(store_rows, "check_free_on_switch", lambda *args: None)
     clash = job(2, pool("tor1", gen=7, stat_idx=0, mcast_grp=2),
                 pool("spine", gen=8, stat_idx=3, mcast_grp=5, base=100))
     with pytest.raises(StoreError, match="UNIQUE constraint failed"):

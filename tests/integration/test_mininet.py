@@ -157,8 +157,8 @@ def test_links_reshaped_live_take_the_new_rate_and_keep_the_hosts_offloads_off(n
             assert r.get("ok") and r["correct"] and r["link_mbps"] == 5, (strategy, host, r)
             # A link carries at most its rate (what shaping is), give or take htb's burst
             # (15 KB at line rate when a call starts: up to ~10% of a call this short). Left
-            # at 100 Mbit/s they would carry several times 5 Mbit/s (README, "Up to which link
-            # rate the emulation is faithful": ~14 Mbit/s PASSING, ~35 Mbit/s ring).
+            # at 100 Mbit/s they would carry several times 5 Mbit/s (docs/benchmarks.md, "Where the
+            # emulation is faithful").
             assert 0 < r["link_busy"] <= 1.25, (strategy, host, r)
     assert _class_bytes(h1) - before >= 2 * 64 * 1024 * 4  # the calls crossed the new class
     assert "tx-checksumming: off" in pnet.net.get("h1").cmd(f"ethtool -k {h1.name}")

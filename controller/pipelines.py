@@ -1,0 +1,106 @@
+"""What the switches run: the PASSING pipeline, pushed only where a switch runs none or another
+(a push wipes a switch), and the L2 forwarding entries that carry ordinary traffic beside it."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from p4.config.v1 import p4info_pb2
+
+from controller.connections import SwitchConnections
+from controller.errors import ControllerError
+from controller.switch import SwitchError, Update
+from controller.tables.forwarding import ForwardingTables
+from controller.topology import Topology
+from passing.p4info import pipeline_signature
+from passing.pipeline_files import BUILD_DIR, BuildMismatch, pipeline_files
+
+FLOOD_GROUP = 1  # multicast group for L2 flooding; job groups start at 2
+
+
+class Pipelines:
+    """The pipeline of the switches of `topo`, reached through `connections`, as built in
+    `build_dir`."""
+
+    def __init__(self, topo: Topology, connections: SwitchConnections,
+                 build_dir: Path = BUILD_DIR) -> None:
+        self.topo = topo
+        self.connections = connections
+        self.build_dir = build_dir
+
+    def pipeline(self) -> tuple[p4info_pb2.P4Info, bytes]:
+        """The P4Info and device config this controller pushes (pipeline_files)."""
+        try:
+            return pipeline_files(self.build_dir)
+        except BuildMismatch as e:
+            raise ControllerError(str(e)) from None
+
+    @functools.cached_property
+    def _own_signature(self) -> list[tuple]:
+        """The pipeline this controller pushes, parsed once rather than per switch and call."""
+        return pipeline_signature(self.pipeline()[0])
+
+    def pipeline_state(self, name: str) -> str:
+        """'ours', 'none' or 'other': what the switch runs."""
+        c = self.connections.conn(name)
+        if not c.fetch_pipeline():
+            return "none"
+        return "ours" if pipeline_signature(c.info.p4info) == self._own_signature else "other"
+
+    def switch_status(self) -> list[dict]:
+        """Per switch: its endpoint and role, whether it answers, and what it runs."""
+        rows = []
+        for name, ep in self.connections.endpoints.items():
+            row = {"switch": name, "address": ep.address, "device_id": ep.device_id,
+                   "role": self.topo.switches[name].role, "reachable": False, "pipeline": None}
+            try:
+                row["pipeline"] = self.pipeline_state(name)
+                row["reachable"] = True
+            except ControllerError as e:
+                row["error"] = str(e)
+            rows.append(row)
+        return rows
+
+    def prepare(self, name: str) -> str:
+        """Make switch `name` run the PASSING pipeline with forwarding installed. Pushing a
+        pipeline wipes a switch, so it is pushed only when the switch runs none or another."""
+        state = self.pipeline_state(name)
+        c = self.connections.conn(name)
+        if state == "other":
+            # BMv2's P4Runtime server forgets multicast groups on a new pipeline but leaves
+            # them in the replication engine: delete them while they are still known.
+            c.write([c.multicast_update(Update.DELETE, g) for g in c.read_multicast_groups()])
+        if state != "ours":
+            p4info, config = self.pipeline()
+            try:
+                c.set_pipeline(p4info, config)
+            except SwitchError as e:
+                hint = "" if config else (f" (no build in {self.build_dir}: `make build` or "
+                                          "`python -m passing.p4build` for BMv2 switches)")
+                raise ControllerError(f"{e}{hint}") from None
+        self._install_forwarding(name)
+        return "pushed" if state != "ours" else "kept"
+
+    def prepare_if_needed(self, name: str) -> None:
+        if self.pipeline_state(name) != "ours":
+            self.prepare(name)
+
+    def _l2_ports(self, name: str) -> dict[str, int]:
+        """Host MAC -> the port of `name` that leads to it."""
+        out = {}
+        up = self.topo.uplink_of(name)
+        for h in self.topo.hosts.values():
+            if h.rack == name:
+                out[h.mac] = h.port
+            elif self.topo.switches[name].role == "tor" and up is not None:
+                out[h.mac] = up.tor_port
+            elif self.topo.switches[name].role == "spine":
+                rack_up = self.topo.uplink_of(h.rack)
+                if rack_up is not None:
+                    out[h.mac] = rack_up.spine_port
+        return out
+
+    def _install_forwarding(self, name: str) -> None:
+        ForwardingTables(self.connections.conn(name)).sync(self._l2_ports(name),
+                                                           self.topo.ports_of(name), FLOOD_GROUP)
