@@ -5,7 +5,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-all test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-all test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss sim sim-validate sim-study run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -27,6 +27,9 @@ help:
 	@echo "make bench-stragglers  training with one host 2x slower: bulk-synchronous vs quorum"
 	@echo "                   (star, model; CSV, JSON, plot in build/stragglers; root)"
 	@echo "make bench-loss    all-reduce with 1% and 5% loss on every link, 20% on one (root)"
+	@echo "make sim           simulate every strategy on SimGrid (leafspine, 20 Mbit/s): CSV, plots in build/sim"
+	@echo "make sim-validate  the simulator against the latest make bench (docs/simulation.md)"
+	@echo "make sim-study     1,024 hosts x 1-8 GPUs, 100 MB and 1 GB, oversubscription, concurrent jobs (~25 min)"
 	@echo "make run-topology  Mininet + switches + controller + a default job, then the CLI"
 	@echo "                   (TOPO=star|leafspine, TARGET=auto|bmv2|model, WINDOW=slots)"
 	@echo "make stop          clean up after a run: Mininet, switch processes, namespaces"
@@ -48,7 +51,7 @@ update-p4info:
 # The install check: the switch's behaviour on every installed target (conformance), the units,
 # the product's layers, and one all-reduce through Mininet on both shipped topologies. Everything
 # else (controller and agent suites, the other Mininet scenarios, packaging) is in test-all.
-QUICK_TESTS = tests/unit tests/conformance tests/packaging/test_layers.py \
+QUICK_TESTS = tests/unit tests/conformance tests/packaging/test_layers.py tests/sim \
 	tests/integration/test_mininet.py::test_allreduce_on_every_host_is_correct
 test:
 	$(PY) -m pytest $(QUICK_TESTS)
@@ -108,6 +111,16 @@ bench-loss:
 	@./scripts/stop.sh >/dev/null
 	@mkdir -p $(BUILD)
 	$(PY) -m bench.loss --strategies passing,ring,hier-ring --json-out $(BUILD)/bench-loss.json
+
+# The SimGrid simulator (sim/, docs/simulation.md): no root, no Mininet.
+sim:
+	$(PY) -m sim --topo topologies/leafspine.json --sizes 256K,1M,4M,16M --link-mbps 20 --gpus 2 --out $(BUILD)/sim
+
+sim-validate:
+	$(PY) -m sim validate --docs --out $(BUILD)/sim
+
+sim-study:
+	$(PY) -m sim study --docs --plots docs/simulation --out $(BUILD)/sim
 
 TOPO ?= star
 TARGET ?= auto
