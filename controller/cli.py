@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 
 from controller.core import Controller, ControllerError, Endpoint, SwitchFailure, port_span
-from controller.job_plan import JobError, JobSpec
+from controller.job_plan import LEVEL_NAMES, MAX_LEVELS, JobError, JobSpec
 from controller.serve import DEFAULT_LISTEN, ParamsServer, parse_listen
 from controller.store import StoreError
 from controller.switch import SwitchError
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "contributor; ina: switch-only baseline, every GPU is a contributor")
     c.add_argument("--params-out", default=None,
                    help="also write the host agents' job parameters (JSON) to this file")
-    c.add_argument("--quorum", type=_quorum, default=(), metavar="Q[,Q1]",
+    c.add_argument("--quorum", type=_quorum, default=(), metavar="Q[,Q1[,Q2]]",
                    help=QUORUM_HELP)
     c.add_argument("--patience", type=_patience, default=(), metavar="P|MIN..MAX",
                    help=PATIENCE_HELP)
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     js = add("set", "change a running job's quorum (live: rounds in flight keep their sums), "
                     "its agents' patience or staleness bound", jsub, "job set")
     js.add_argument("job_id", type=int)
-    js.add_argument("--quorum", type=_quorum, default=None, metavar="Q[,Q1]|all",
+    js.add_argument("--quorum", type=_quorum, default=None, metavar="Q[,Q1[,Q2]]|all",
                     help=QUORUM_HELP + "; 'all' goes back to waiting for everyone")
     js.add_argument("--patience", type=_patience, default=None, metavar="P|MIN..MAX|none",
                     help=PATIENCE_HELP + "; 'none': never ask")
@@ -161,9 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 QUORUM_HELP = ("how many of a slot's contributions a host that waited long enough (CLOSE) may "
-               "complete a round with: Q at the switches the hosts are on, Q1 at the spine; a "
-               "switch with fewer contributors uses all of them. Default: every round waits "
-               "for everyone (bulk-synchronous)")
+               "complete a round with: Q at the switches the hosts are on, Q1 at the spines, Q2 "
+               "at the cores (levels the job's tree does not reach are not used); a switch with "
+               "fewer contributors uses all of them. Default: every round waits for everyone "
+               "(bulk-synchronous)")
 
 
 PATIENCE_HELP = ("for the host agents: seconds a round waits for the other hosts before a host "
@@ -207,10 +208,9 @@ def _quorum(text: str) -> tuple[int, ...]:
         q = tuple(int(x) for x in text.split(","))
     except ValueError:
         q = None
-    if not q or len(q) > 2 or any(not 1 <= x <= P.MAX_FAN_IN for x in q):
+    if not q or len(q) > MAX_LEVELS or any(not 1 <= x <= P.MAX_FAN_IN for x in q):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: Q or Q,Q1 (at the hosts' switches, at the spine), each 1..{P.MAX_FAN_IN},"
-            " or 'all'")
+            f"{text!r}: Q, Q,Q1 or Q,Q1,Q2 ({LEVEL_NAMES}), each 1..{P.MAX_FAN_IN}, or 'all'")
     return q
 
 

@@ -4,18 +4,22 @@ A job is either `passing` (each server pre-aggregates its GPUs and is one contri
 (switch-only in-network aggregation, the SwitchML/ATP baseline: every GPU of every server is its
 own contributor, so a server's port carries as many streams as it has GPUs).
 
-A job inside one rack uses its ToR alone as root. A job spanning racks gets a pool on every ToR
-(fan-in = the job's hosts in that rack, non-root, sending up through its uplink) and one on the
-spine (fan-in = the number of racks, root). Contributor ids are positions: hosts ordered by port
-within their rack at a ToR (in `ina`, a host's GPUs get consecutive ids), racks ordered by name
-at the spine.
+A job's switches form a tree over the fabric (controller.job_tree): its ToR alone for a job in
+one rack; else its ToRs under a spine; else, for racks no one spine links, its ToRs under a
+spine per pod under a core. Each switch of the tree holds a pool: fan-in = its contributors
+there (the job's hosts in the rack at a ToR, the ToRs below at a spine, the spines below at a
+core); all but the root send their sums up through their uplink. A switch's level is its tier
+(0 ToR, 1 spine, 2 core), whatever the tree's depth. Contributor ids are positions: hosts
+ordered by port within their rack at a ToR (in `ina`, a host's GPUs get consecutive ids), the
+switches below ordered by name at a spine or core.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from controller.topology import Topology
+from controller import job_tree
+from controller.topology import ROLES, Topology
 from passing import protocol as P
 from passing.contract import MAX_STALENESS, MODES, check_patience
 
@@ -23,6 +27,9 @@ from passing.contract import MAX_STALENESS, MODES, check_patience
 # so that the switches' guard of these ports never drops an ordinary flow's reply.
 DEFAULT_AGENT_PORT_BASE = 61000
 LEGACY_AGENT_PORT_BASE = 40000  # what a stored agent_port 0 meant before ports were allocated
+# A quorum per level of the deepest tree a fabric has: ToRs, spines, cores.
+MAX_LEVELS = len(ROLES)
+LEVEL_NAMES = "at the hosts' switches, then at the spines, then at the cores"
 
 
 class JobError(ValueError):
@@ -54,10 +61,11 @@ class JobSpec:
     # that nobody who reads their rendezvous can compute a session (host_agent.session). The
     # controller draws one when it creates the job; "" (older state files) means unkeyed.
     session_key: str = ""
-    # Per switch level (0: the switch the hosts are on, 1: the spine), how many of a slot's
-    # contributions a CLOSE request may complete a round with (docs/protocol.md, "Rounds,
-    # quorum and late contributions"); a switch with fewer contributors uses its fan-in. Empty,
-    # or a level left out: every round waits for everyone (bulk-synchronous).
+    # Per switch level (0: the switch the hosts are on, 1: a spine, 2: a core), how many of a
+    # slot's contributions a CLOSE request may complete a round with (docs/protocol.md,
+    # "Rounds, quorum and late contributions"); a switch with fewer contributors uses its
+    # fan-in. Empty, or a level left out: every round waits for everyone (bulk-synchronous).
+    # Levels the job's tree does not reach are not used.
     quorum: tuple[int, ...] = ()
     # The agents' side of a quorum, handed to them in their parameters (docs/pytorch.md):
     # seconds a round waits before a host asks to close it, (P,) fixed, (MIN, MAX) adaptive,
@@ -68,6 +76,11 @@ class JobSpec:
     patience: tuple[float, ...] = ()
     staleness: int = 1
     policy: int = 0
+    # The switches above the ToRs that aggregate the job (spines, a core; job_tree.Tree.above),
+    # chosen when it was created: the same tree for its whole life, however the slots of the
+    # switches it could have used change. () for a job in one rack, and in state files written
+    # before several spines: the choice by name, on those fabrics' one spine.
+    tree: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.job_id <= 0xFFFF:
@@ -90,10 +103,12 @@ class JobSpec:
             bytes.fromhex(self.session_key)
         except ValueError:
             raise JobError("session key must be hexadecimal") from None
-        if len(self.quorum) > 2 or any(type(q) is not int or not 1 <= q <= P.MAX_FAN_IN
-                                       for q in self.quorum):
-            raise JobError(f"quorum {list(self.quorum)}: one or two whole numbers (at the "
-                           f"hosts' switches, then at the spine), each in 1..{P.MAX_FAN_IN}")
+        if len(self.quorum) > MAX_LEVELS or any(type(q) is not int or not 1 <= q <= P.MAX_FAN_IN
+                                                for q in self.quorum):
+            raise JobError(f"quorum {list(self.quorum)}: one to {MAX_LEVELS} whole numbers "
+                           f"({LEVEL_NAMES}), each in 1..{P.MAX_FAN_IN}")
+        if any(type(s) is not str for s in self.tree) or len(set(self.tree)) != len(self.tree):
+            raise JobError(f"tree {list(self.tree)}: switch names, each once")
         try:
             check_patience(self.patience)
         except ValueError as e:
@@ -122,6 +137,7 @@ class JobSpec:
         d["hosts"] = list(self.hosts)
         d["quorum"] = list(self.quorum)
         d["patience"] = list(self.patience)
+        d["tree"] = list(self.tree)
         return d
 
     @classmethod
@@ -132,12 +148,14 @@ class JobSpec:
         fields_ = {k: v for k, v in d.items() if k != "k"}
         return cls(**{**fields_, "hosts": tuple(d["hosts"]),
                       "quorum": tuple(d.get("quorum", ())),
-                      "patience": tuple(d.get("patience", ()))})
+                      "patience": tuple(d.get("patience", ())),
+                      "tree": tuple(d.get("tree", ()))})
 
 
 @dataclass(frozen=True)
 class Member:
-    """One contributor of a job at one switch: a host (at a ToR) or a ToR (at the spine)."""
+    """One contributor of a job at one switch: a host (at a ToR) or a switch of the tier
+    below (a ToR at a spine, a spine at a core)."""
 
     name: str
     port: int
@@ -159,7 +177,8 @@ class SwitchRole:
     switch: str
     is_root: bool
     members: tuple[Member, ...]
-    uplink: Member | None = None  # at a non-root: the spine, and this ToR's id there
+    uplink: Member | None = None  # at a non-root: the switch above, and this one's id there
+    level: int = 0  # the switch's tier: 0 ToR, 1 spine, 2 core
 
     @property
     def fan_in(self) -> int:
@@ -170,15 +189,21 @@ class SwitchRole:
 class JobPlan:
     spec: JobSpec
     roles: dict[str, SwitchRole] = field(default_factory=dict)
+    tree: tuple[str, ...] = ()  # the switches above the ToRs (JobSpec.tree)
 
     @property
     def switches(self) -> list[str]:
-        # Spine last: ToRs are configured before the switch they send to.
+        # Lower levels first: a switch is configured before the one it sends to.
         return sorted(self.roles, key=lambda s: (self.level(s), s))
 
     def level(self, switch: str) -> int:
-        """0 for a switch the job's hosts are on, 1 for the spine above them."""
-        return int(self.roles[switch].is_root and len(self.roles) > 1)
+        """0 for a switch the job's hosts are on, 1 for a spine, 2 for a core."""
+        return self.roles[switch].level
+
+    @property
+    def depth(self) -> int:
+        """The root's level: 0 for a job in one rack."""
+        return max(r.level for r in self.roles.values())
 
     def quorum_at(self, switch: str) -> int:
         """The quorum the switch is configured with: the spec's for its level, at most its
@@ -189,7 +214,10 @@ class JobPlan:
         return min(q, fan_in)
 
 
-def plan(spec: JobSpec, topo: Topology) -> JobPlan:
+def plan(spec: JobSpec, topo: Topology, rank: job_tree.Rank | None = None) -> JobPlan:
+    """The job's roles on `topo`. With `rank`, a job that has no tree yet chooses one
+    (job_tree.choose; the controller ranks by free slots); otherwise the job's stored tree
+    (job_tree.rebuild)."""
     unknown = [h for h in spec.hosts if h not in topo.hosts]
     if unknown:
         raise JobError(f"host(s) not in topology {topo.name}: {', '.join(unknown)} "
@@ -198,16 +226,15 @@ def plan(spec: JobSpec, topo: Topology) -> JobPlan:
     for h in spec.hosts:
         host = topo.hosts[h]
         racks.setdefault(host.rack, []).append(host)
-    out = JobPlan(spec)
-    multi = len(racks) > 1
-    spine = None
-    if multi:
-        spines = [s for s in topo.switches.values() if s.role == "spine"]
-        if not spines:
-            raise JobError("the job spans racks but the topology has no spine")
-        spine = spines[0]
-    rack_order = sorted(racks)
-    for rack in rack_order:
+    try:
+        if rank is not None and not spec.tree:
+            tree = job_tree.choose(topo, sorted(racks), rank)
+        else:
+            tree = job_tree.rebuild(topo, sorted(racks), spec.tree)
+    except job_tree.TreeError as e:
+        raise JobError(f"job {spec.job_id}: {e}") from None
+    out = JobPlan(spec, tree=tree.above(topo))
+    for rack in sorted(racks):
         hosts = sorted(racks[rack], key=lambda h: h.port)
         counts = [h.gpus if spec.mode == "ina" else 1 for h in hosts]
         if sum(counts) > P.MAX_FAN_IN:
@@ -216,19 +243,30 @@ def plan(spec: JobSpec, topo: Topology) -> JobPlan:
                            "contributors per switch")
         members = tuple(Member(h.name, h.port, sum(counts[:i]), h.ip, h.mac, spec.udp_port,
                                counts[i]) for i, h in enumerate(hosts))
-        uplink = None
-        if multi:
-            up = topo.uplink_of(rack)
-            if up is None:
-                raise JobError(f"rack {rack} has no uplink to the spine")
-            uplink = Member(spine.name, up.tor_port, rack_order.index(rack), spine.ip, spine.mac,
-                            P.PASSING_UDP_PORT)
-        out.roles[rack] = SwitchRole(rack, not multi, members, uplink)
-    if multi:
+        out.roles[rack] = SwitchRole(rack, rack == tree.root, members, _uplink(topo, tree, rack))
+    for sw in tree.switches:
+        if sw in racks:
+            continue
+        below = tree.children(sw)
+        if len(below) > P.MAX_FAN_IN:
+            raise JobError(f"{sw}: {len(below)} switches of the job below it, at most "
+                           f"{P.MAX_FAN_IN} contributors per switch")
         members = []
-        for i, rack in enumerate(rack_order):
-            up = topo.uplink_of(rack)
-            tor = topo.switches[rack]
-            members.append(Member(rack, up.spine_port, i, tor.ip, tor.mac, P.PASSING_UDP_PORT))
-        out.roles[spine.name] = SwitchRole(spine.name, True, tuple(members))
+        for i, child in enumerate(below):
+            c = topo.switches[child]
+            members.append(Member(child, topo.link_between(sw, child).upper_port, i, c.ip,
+                                  c.mac, P.PASSING_UDP_PORT))
+        out.roles[sw] = SwitchRole(sw, sw == tree.root, tuple(members), _uplink(topo, tree, sw),
+                                   topo.tier(sw))
     return out
+
+
+def _uplink(topo: Topology, tree: job_tree.Tree, switch: str) -> Member | None:
+    """The switch above `switch` in the tree, as it is addressed from `switch`: its port
+    there, and `switch`'s contributor id above (its position among its siblings)."""
+    parent = tree.parent.get(switch)
+    if parent is None:
+        return None
+    up = topo.switches[parent]
+    return Member(parent, topo.link_between(switch, parent).lower_port,
+                  tree.children(parent).index(switch), up.ip, up.mac, P.PASSING_UDP_PORT)

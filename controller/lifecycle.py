@@ -14,6 +14,7 @@ from controller.connections import SwitchConnections
 from controller.counters import StatsCounters
 from controller.errors import ControllerError, StoreError, SwitchFailure
 from controller.job_plan import JobError, JobSpec, plan
+from controller.job_tree import Rank
 from controller.pipelines import Pipelines
 from controller.recorded_jobs import RecordedJobs
 from controller.records import JobRecord, PoolRecord
@@ -44,6 +45,10 @@ class JobLifecycle:
             raise ControllerError(str(e)) from None
         if store.get_job(spec.job_id) is not None:
             raise ControllerError(f"job {spec.job_id} already exists")
+        if not spec.tree:
+            # Its tree, chosen now and kept for the job's life (JobSpec.tree).
+            job_plan = plan(spec, topo, rank=self._rank(spec))
+            spec = dataclasses.replace(spec, tree=job_plan.tree)
         held = self._holdings(spec.job_id, job_plan.switches)
         spec = self.ports.resolve(spec, held)
         if not spec.session_key:
@@ -103,6 +108,21 @@ class JobLifecycle:
             cls = ControllerError if type(e) is ControllerError else SwitchFailure
             raise cls(f"job {spec.job_id} not created, nothing left installed: {e}") from None
         return record
+
+    def _rank(self, spec: JobSpec) -> Rank:
+        """How the job's root, and a core root's spine in each pod, are chosen among the
+        switches that qualify (controller.job_tree): first those where the job's window (its
+        --min-window, if given) fits now, then the most free slots (slots no pool holds, a
+        retiring pool's included), then the first by name. So jobs spread over the spines."""
+        need = spec.min_window or spec.window
+        allocs = {}
+
+        def rank(switch: str) -> tuple:
+            if switch not in allocs:
+                allocs[switch] = self.jobs.allocators([switch])[switch]
+            a = allocs[switch]
+            return (a.largest_grant() < need, a.used() - a.capacity, switch)
+        return rank
 
     def delete_job(self, job_id: int) -> JobRecord:
         """Remove the job's entries, a retiring pool's included, and free all its slots."""

@@ -10,6 +10,7 @@ from p4.config.v1 import p4info_pb2
 
 from controller.connections import SwitchConnections
 from controller.errors import ControllerError
+from controller.l2_paths import L2Paths
 from controller.switch import SwitchError, Update
 from controller.tables.forwarding import ForwardingTables
 from controller.topology import Topology
@@ -86,21 +87,12 @@ class Pipelines:
         if self.pipeline_state(name) != "ours":
             self.prepare(name)
 
-    def _l2_ports(self, name: str) -> dict[str, int]:
-        """Host MAC -> the port of `name` that leads to it."""
-        out = {}
-        up = self.topo.uplink_of(name)
-        for h in self.topo.hosts.values():
-            if h.rack == name:
-                out[h.mac] = h.port
-            elif self.topo.switches[name].role == "tor" and up is not None:
-                out[h.mac] = up.tor_port
-            elif self.topo.switches[name].role == "spine":
-                rack_up = self.topo.uplink_of(h.rack)
-                if rack_up is not None:
-                    out[h.mac] = rack_up.spine_port
-        return out
+    @functools.cached_property
+    def l2_paths(self) -> L2Paths:
+        """Ordinary traffic's loop-free ways through the fabric (controller.l2_paths)."""
+        return L2Paths(self.topo)
 
     def _install_forwarding(self, name: str) -> None:
-        ForwardingTables(self.connections.conn(name)).sync(self._l2_ports(name),
-                                                           self.topo.ports_of(name), FLOOD_GROUP)
+        ForwardingTables(self.connections.conn(name)).sync(self.l2_paths.to_hosts(name),
+                                                           self.l2_paths.flood_ports(name),
+                                                           FLOOD_GROUP)

@@ -19,6 +19,15 @@ LAYOUTS = {
     "star": ({"s1": 5}, []),
     "two_level": ({"tor1": 3, "tor2": 3, "spine": 3},
                   [(("tor1", 3), ("spine", 1)), (("tor2", 3), ("spine", 2))]),
+    # Hosts -> ToRs -> spines -> core: tor1 and tor2 under spine1, tor3 under spine2.
+    "three_level": ({"tor1": 3, "tor2": 3, "tor3": 3, "spine1": 3, "spine2": 2, "core": 3},
+                    [(("tor1", 3), ("spine1", 1)), (("tor2", 3), ("spine1", 2)),
+                     (("tor3", 3), ("spine2", 1)), (("spine1", 3), ("core", 1)),
+                     (("spine2", 2), ("core", 2))]),
+    # Both ToRs linked to both spines (a loop for ordinary traffic): ports 3 and 4 go up.
+    "two_spines": ({"tor1": 4, "tor2": 4, "spine1": 3, "spine2": 3},
+                   [(("tor1", 3), ("spine1", 1)), (("tor2", 3), ("spine1", 2)),
+                    (("tor1", 4), ("spine2", 1)), (("tor2", 4), ("spine2", 2))]),
 }
 
 

@@ -59,8 +59,9 @@ class MininetFabric:
             net.addHost(h.name, ip=f"{h.ip}/8", mac=h.mac)
         for h in self.topo.hosts.values():
             net.addLink(h.name, h.rack, port2=h.port, **_shape(h.link))
-        for u in self.topo.uplinks:
-            net.addLink(u.tor, u.spine, port1=u.tor_port, port2=u.spine_port, **_shape(u.link))
+        for u in self.topo.uplinks:  # every switch link: all of a ToR's spines, the cores
+            net.addLink(u.lower, u.upper, port1=u.lower_port, port2=u.upper_port,
+                        **_shape(u.link))
         net.build()
         # A loss rule left by an earlier run would hook onto these interfaces' names.
         stale = link_loss.remove_root_tables(self._root_interfaces())
@@ -107,7 +108,7 @@ class MininetFabric:
 
     def links(self) -> list[tuple[str, str, LinkParams]]:
         """Every link of the topology as (node, node, its link parameters): hosts to their
-        ToR, then ToRs to their spine."""
+        ToR, then the switch links, lower end first (ToRs to spines, spines to cores)."""
         return _links(self.topo)
 
     def _link(self, a: str, b: str) -> Link:
@@ -146,7 +147,7 @@ class MininetFabric:
 
 def _links(topo: Topology) -> list[tuple[str, str, LinkParams]]:
     return [(h.name, h.rack, h.link) for h in topo.hosts.values()] + \
-        [(u.tor, u.spine, u.link) for u in topo.uplinks]
+        [(u.lower, u.upper, u.link) for u in topo.uplinks]
 
 
 def _shape(link: LinkParams) -> dict:
@@ -158,5 +159,5 @@ def _wiring(topo: Topology) -> tuple:
     return (sorted((s.name, s.index, s.role, s.ip, s.mac) for s in topo.switches.values()),
             sorted((h.name, h.rack, h.port, h.gpus, h.ip, h.mac, h.link.delay, h.link.loss)
                    for h in topo.hosts.values()),
-            sorted((u.tor, u.spine, u.tor_port, u.spine_port, u.link.delay, u.link.loss)
+            sorted((u.lower, u.upper, u.lower_port, u.upper_port, u.link.delay, u.link.loss)
                    for u in topo.uplinks))

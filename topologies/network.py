@@ -161,7 +161,7 @@ class PassingNetwork:
     # -- links --------------------------------------------------------------------------------
     def links(self) -> list[tuple[str, str, LinkParams]]:
         """Every link of the topology as (node, node, its link parameters): hosts to their
-        ToR, then ToRs to their spine."""
+        ToR, then the switch links, lower end first."""
         return self.fabric.links()
 
     def set_loss(self, a: str, b: str, percent: float) -> None:

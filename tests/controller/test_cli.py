@@ -162,7 +162,7 @@ def test_usage_errors_exit_2(capsys):
                  ["job", "set", "1", "--staleness", "-1"],
                  ["job", "create", "8", "--hosts", "h3", "--window", "4", "--patience", "inf"],
                  ["job", "set", "1", "--quorum", "two"],
-                 ["job", "create", "8", "--hosts", "h3", "--window", "4", "--quorum", "1,1,1"]):
+                 ["job", "create", "8", "--hosts", "h3", "--window", "4", "--quorum", "1,1,1,1"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2
