@@ -31,7 +31,8 @@ from host_agent.fixed_point import NonFiniteError
 from host_agent.local_channel import ChannelBroken
 from host_agent.pool_move import Policy, PooledStreamer
 from host_agent.session import agree_in_group
-from host_agent.stream import SessionBroken, SlotStreamer, StreamConfig, SwitchTimeout, Transport
+from host_agent.stream import SlotStreamer
+from host_agent.stream_api import SessionBroken, StreamConfig, SwitchTimeout, Transport
 from host_agent.transport import UdpTransport
 from passing.contract import JobParams
 

@@ -40,7 +40,7 @@ from host_agent.allreduce import PassingAllreduce
 from host_agent.job_source import params_from_env, pool_poll, this_host
 from host_agent.pool_move import Policy
 from host_agent.session import _to_signed, new_session
-from host_agent.stream import StreamConfig
+from host_agent.stream_api import StreamConfig
 from passing import BACKEND
 from passing.contract import JobParams, parse_patience
 

@@ -52,7 +52,8 @@ import numpy as np
 
 from host_agent import fixed_point as fx
 from host_agent.scratch import Scratch
-from host_agent.stream import SlotStreamer, StreamConfig, Transport, check_out, handed_out
+from host_agent.stream import SlotStreamer
+from host_agent.stream_api import StreamConfig, Transport, check_out, handed_out
 from passing import protocol as P
 from passing.contract import JobParams
 
