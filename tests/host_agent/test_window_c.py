@@ -11,6 +11,7 @@ paths: the same sums, bit for bit.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 
 import numpy as np
@@ -26,8 +27,10 @@ from passing import protocol as P
 from testbed.loopback import LoopbackSwitch, random_tensors
 
 COMPILED = window_c.load()
-pytestmark = pytest.mark.skipif(COMPILED is None, reason="the compiled window could not be "
-                                "built (no C compiler); the numpy window runs alone")
+_WHY_NONE = (f"{window_c.PATH_ENV}=python: the numpy window runs alone"
+             if os.environ.get(window_c.PATH_ENV) == "python" else
+             "the compiled window could not be built (no C compiler?); the numpy window runs alone")
+pytestmark = pytest.mark.skipif(COMPILED is None, reason=_WHY_NONE)
 
 # Every array of a call the window reads or writes.
 CALL_ARRAYS = ("agreed", "proposed", "redo", "out", "counts", "step", "pending", "p_frag",
