@@ -161,6 +161,18 @@ def decode(frame: bytes):
     return pkt, packet.unpack(bytes(pkt[UDP].payload))
 
 
+def results_at(fabric, switches, hosts=(1, 2), timeout: float = 3.0) -> dict:
+    """The first result each test port `hosts` of each of `switches` receives, decoded, by
+    (switch, port); a port that receives none within `timeout` fails the test naming it."""
+    out = {}
+    for sw in switches:
+        for h in hosts:
+            frames = fabric[sw].test_ports[h].recv(1, timeout)
+            assert frames, f"{sw} host {h}: no result"
+            out[(sw, h)] = decode(frames[0])[1]
+    return out
+
+
 class PortTransport:
     """A host agent's transport on a fabric's test port: the agent's payloads leave as frames
     from the host on switch `dev`'s port `port`; only frames the switch addressed to that host's

@@ -12,7 +12,7 @@ import pytest
 
 from controller.counters import StatsCounters
 from passing import protocol as P
-from testbed.entries import Uplink, contribution, decode, install_job
+from testbed.entries import Uplink, contribution, decode, install_job, results_at
 
 TOR1, TOR2, TOR3, SPINE1, SPINE2, CORE = range(6)
 RACKS = (("tor1", TOR1), ("tor2", TOR2), ("tor3", TOR3))
@@ -57,13 +57,7 @@ def send(f, rack: str, dev: int, host: int, values, slot=2, **kw) -> None:
 
 
 def collect(f, racks=RACKS, timeout=3.0) -> dict:
-    out = {}
-    for rack, _ in racks:
-        for h in (1, 2):
-            frames = f[rack].test_ports[h].recv(1, timeout)
-            assert frames, f"{rack} host {h}: no result"
-            out[(rack, h)] = decode(frames[0])[1]
-    return out
+    return results_at(f, [rack for rack, _ in racks], timeout=timeout)
 
 
 def test_every_host_gets_the_sum_of_all_six_through_the_core(job):

@@ -10,7 +10,7 @@ import pytest
 
 from controller.counters import StatsCounters
 from passing import protocol as P
-from testbed.entries import Uplink, contribution, decode, install_job
+from testbed.entries import Uplink, contribution, decode, install_job, results_at
 
 TOR1, TOR2, SPINE = 0, 1, 2
 JOB = 30
@@ -43,13 +43,7 @@ def send_round(f, vals, slot=2, version=0):
 
 
 def collect(f, timeout=3.0):
-    out = {}
-    for tor in ("tor1", "tor2"):
-        for h in (1, 2):
-            frames = f[tor].test_ports[h].recv(1, timeout)
-            assert frames, f"{tor} host {h}: no result"
-            out[(tor, h)] = decode(frames[0])[1]
-    return out
+    return results_at(f, ("tor1", "tor2"), timeout=timeout)
 
 
 def test_every_host_gets_the_global_sum(job):
