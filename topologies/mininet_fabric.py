@@ -73,6 +73,13 @@ class MininetFabric:
         net.staticArp()
         self._apply_link_params()
 
+    def pipelines_loaded(self) -> None:
+        """What a switch can be told only once it runs the controller's pipeline: BMv2's
+        egress queue depth (BMv2Switch.deepen_egress_queues)."""
+        for sw in self.net.switches:
+            if isinstance(sw, BMv2Switch):
+                sw.deepen_egress_queues()
+
     @staticmethod
     def _set_up_host(node: Node, tor: Switch) -> None:
         node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from mininet.node import Switch
 from topologies.link_rate import htb_class_options
 
 GRPC_PORT_BASE = 50001
+EGRESS_QUEUE_DEPTH = 1024  # packets per BMv2 egress port (BMv2Switch.deepen_egress_queues)
 # What makes libpcap size its ring's slots for 64 KiB frames (PassingSwitch._no_offload), as
 # `ethtool -k` names them.
 _OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload",
@@ -137,6 +139,21 @@ class PassingSwitch(Switch):
 
 
 class BMv2Switch(PassingSwitch):
+    def deepen_egress_queues(self) -> None:
+        """simple_switch keeps 64 packets per egress port unless told: a burst that finds the
+        port's egress thread descheduled for a few ms (three BMv2 processes and the agents
+        sharing two cores) overflows it silently (no counter sees it) and a window is resent:
+        up to 2% of a 64-slot window's packets, in one run of four. A switch port's buffer is
+        far deeper than 64 frames. The depth outlives pipeline pushes (simple_switch keeps its
+        queues across a config swap), but the CLI needs the pipeline loaded to connect."""
+        res = subprocess.run(
+            ["simple_switch_CLI", "--thrift-port", str(self.grpc_port + 1000)],
+            input=f"set_queue_depth {EGRESS_QUEUE_DEPTH}\n", capture_output=True, text=True,
+            timeout=60)
+        if res.returncode != 0 or "Error" in res.stdout or "Traceback" in res.stderr:
+            raise RuntimeError(f"switch {self.name}: set_queue_depth {EGRESS_QUEUE_DEPTH} "
+                               f"failed: {res.stdout[-500:]} {res.stderr[-500:]}")
+
     def command(self) -> list[str]:
         cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--no-p4",
                "--thrift-port", str(self.grpc_port + 1000), *self.port_args()]

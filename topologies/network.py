@@ -85,6 +85,7 @@ class PassingNetwork:
             self.fabric.start()
             self.mgmt.start([self.fabric.node(h) for h in self.topo.hosts])
             self.control.start(self.mgmt.address)
+            self.fabric.pipelines_loaded()
         except BaseException:
             try:
                 self.stop()
