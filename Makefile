@@ -5,7 +5,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-all test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss sim sim-validate sim-study run-topology stop docker-run-topology clean
+.PHONY: help setup build update-p4info test test-all test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss bench-controller sim sim-validate sim-study run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
@@ -27,6 +27,8 @@ help:
 	@echo "make bench-stragglers  training with one host 2x slower: bulk-synchronous vs quorum"
 	@echo "                   (star, model; CSV, JSON, plot in build/stragglers; root)"
 	@echo "make bench-loss    all-reduce with 1% and 5% loss on every link, 20% on one (root)"
+	@echo "make bench-controller  passing-ctl at scale: 1,024 hosts x 8 GPUs, 36 switches, 256 jobs"
+	@echo "                   (MAX_JOBS=N jobs per switch; JSON in build/controller-scale)"
 	@echo "make sim           simulate every strategy on SimGrid (leafspine, 20 Mbit/s): CSV, plots in build/sim"
 	@echo "make sim-validate  the simulator against the latest make bench (docs/simulation.md)"
 	@echo "make sim-study     1,024 hosts x 1-8 GPUs, 100 MB and 1 GB, oversubscription, concurrent jobs (~25 min)"
@@ -111,6 +113,11 @@ bench-loss:
 	@./scripts/stop.sh >/dev/null
 	@mkdir -p $(BUILD)
 	$(PY) -m bench.loss --strategies passing,ring,hier-ring --json-out $(BUILD)/bench-loss.json
+
+# The controller at scale (bench/controller_scale.py, docs/controller.md "At scale"): one model
+# switch process with its P4Runtime server per switch, no ports; no root, no Mininet.
+bench-controller:
+	$(PY) -m bench.controller_scale --out $(BUILD)/controller-scale $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS))
 
 # The SimGrid simulator (sim/, docs/simulation.md): no root, no Mininet.
 sim:

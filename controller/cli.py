@@ -24,7 +24,14 @@ import sys
 import threading
 from pathlib import Path
 
-from controller.core import Controller, ControllerError, Endpoint, SwitchFailure, port_span
+from controller.core import (
+    DEFAULT_MAX_JOBS,
+    Controller,
+    ControllerError,
+    Endpoint,
+    SwitchFailure,
+    port_span,
+)
 from controller.job_plan import LEVEL_NAMES, MAX_LEVELS, JobError, JobSpec
 from controller.serve import DEFAULT_LISTEN, ParamsServer, parse_listen
 from controller.store import StoreError
@@ -249,9 +256,21 @@ def load_controller(args) -> Controller:
         except (KeyError, TypeError, ValueError):
             raise ControllerError(f"{cfg_path}: switches.{name} needs \"address\" and an "
                                   "integer \"device_id\"") from None
-    return Controller(topo, endpoints, base / cfg["state"], max_jobs=cfg.get("max_jobs", 8),
+    return Controller(topo, endpoints, base / cfg["state"], max_jobs=_max_jobs(cfg, cfg_path),
                       connect_timeout=args.timeout, retries=args.retries,
                       dump_dir=Path(args.dump_p4runtime) if args.dump_p4runtime else None)
+
+
+def _max_jobs(cfg: dict, cfg_path: Path) -> int:
+    """The configuration's jobs per switch: at most half the pipeline's job_config entries,
+    since a job holds two of them (its two pools) while it resizes."""
+    most = P.MAX_JOBS // 2
+    value = cfg.get("max_jobs", DEFAULT_MAX_JOBS)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ControllerError(f"{cfg_path}: max_jobs must be an integer from 1 to {most} (the "
+                              f"pipeline's job_config holds {P.MAX_JOBS} entries, two per job "
+                              f"while it resizes), not {value!r}")
+    return value
 
 
 def _pools(rec) -> list[dict]:

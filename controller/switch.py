@@ -260,7 +260,9 @@ class SwitchConnection(SwitchWriter):
             channel.close()
             raise SwitchError(f"switch {self.name}: no P4Runtime server at {self.address} "
                               f"(waited {timeout:.0f}s)") from None
-        channel.close()
+        # Closing a channel that was watched for readiness waits out gRPC's 0.2 s polling
+        # tick: 3.4 of a 5.4 s `job create` over 17 switches. The probe is not needed any more.
+        threading.Thread(target=channel.close, daemon=True).start()
         try:
             client = _Client(self.device_id, self.address, self.election_id, self._dump)
         except (SwitchError, P4RuntimeException) as e:

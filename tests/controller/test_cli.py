@@ -144,6 +144,10 @@ def test_unreachable_switch_exit_code(tmp_path, capsys):
     ("{", "not valid JSON"),
     ('{"topology": "x.json"}', 'missing "state"'),
     ('{"topology": "nope.json", "state": "s", "switches": {}}', "no such topology file"),
+    (json.dumps({"topology": str(REPO / "topologies" / "star.json"), "state": "s",
+                 "switches": {}, "max_jobs": 129}), "max_jobs must be an integer from 1 to 128"),
+    (json.dumps({"topology": str(REPO / "topologies" / "star.json"), "state": "s",
+                 "switches": {}, "max_jobs": "16"}), "max_jobs must be an integer from 1 to 128"),
 ])
 def test_bad_configuration(tmp_path, capsys, content, message):
     path = tmp_path / "c.json"
