@@ -28,7 +28,7 @@ help:
 	@echo "                   (star, model; CSV, JSON, plot in build/stragglers; root)"
 	@echo "make bench-loss    all-reduce with 1% and 5% loss on every link, 20% on one (root)"
 	@echo "make bench-controller  passing-ctl at scale: 1,024 hosts x 8 GPUs, 36 switches, 256 jobs"
-	@echo "                   (MAX_JOBS=N jobs per switch; JSON in build/controller-scale)"
+	@echo "                   (MAX_JOBS=N jobs per switch, WINDOW=slots per job; JSON in build/controller-scale)"
 	@echo "make sim           simulate every strategy on SimGrid (leafspine, 20 Mbit/s): CSV, plots in build/sim"
 	@echo "make sim-validate  the simulator against the latest make bench (docs/simulation.md)"
 	@echo "make sim-study     1,024 hosts x 1-8 GPUs, 100 MB and 1 GB, oversubscription, concurrent jobs (~25 min)"
@@ -117,7 +117,7 @@ bench-loss:
 # The controller at scale (bench/controller_scale.py, docs/controller.md "At scale"): one model
 # switch process with its P4Runtime server per switch, no ports; no root, no Mininet.
 bench-controller:
-	$(PY) -m bench.controller_scale --out $(BUILD)/controller-scale $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS))
+	$(PY) -m bench.controller_scale --out $(BUILD)/controller-scale $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(WINDOW),--window $(WINDOW))
 
 # The SimGrid simulator (sim/, docs/simulation.md): no root, no Mininet.
 sim:

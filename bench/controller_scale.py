@@ -78,22 +78,26 @@ def table_sizes() -> dict[str, int]:
 
 
 def run(layout: FabricLayout, jobs: list[ScaleJob], out: Path, window: int, min_window: int,
-        max_jobs: int, cli_samples: int) -> dict:
+        max_jobs: int | None, cli_samples: int, shares: int | None = None) -> dict:
+    """max_jobs, shares: the controller configuration's (None: its defaults)."""
     topo_file = out / "fabric.json"  # written by write_fabric
     topo = load(topo_file)
     ports = {s.name: GRPC_BASE + s.index for s in topo.switches.values()}
     cfg = out / "controller.json"
     (out / "controller.sqlite").unlink(missing_ok=True)
+    limits = {k: v for k, v in (("max_jobs", max_jobs), ("shares", shares)) if v is not None}
     cfg.write_text(json.dumps({
-        "topology": topo_file.name, "state": "controller.sqlite", "max_jobs": max_jobs,
+        "topology": topo_file.name, "state": "controller.sqlite", **limits,
         "switches": {n: {"address": f"127.0.0.1:{p}", "device_id": topo.switches[n].index}
                      for n, p in ports.items()}}, indent=1))
     res: dict = {"fabric": layout.title(), "hosts": len(topo.hosts),
                  "switches": len(topo.switches), "jobs_asked": len(jobs), "window": window,
-                 "min_window": min_window, "max_jobs": max_jobs}
+                 "min_window": min_window}
     with SwitchFarm(ports, out / "switch-logs") as farm:
         res["switch_start_s"] = farm.started_in
         ctl = load_controller(_args(cfg, "job", "list"))
+        a = next(iter(ctl.slots().values()))
+        res["max_jobs"], res["shares"], res["share"] = a.max_jobs, a.shares, a.fair_share()
         try:
             res["prepare_s"], _ = _timed(ctl, cfg, "prepare")
             creates, refused = [], {}
@@ -151,7 +155,8 @@ def refusal_kind(why: str) -> str:
 def report(res: dict) -> str:
     c, cli = res["create"], res["cli_create"]
     lines = [f"{res['fabric']}: {res['hosts']} hosts, {res['switches']} switch processes "
-             f"(started in {res['switch_start_s']:.1f} s), max_jobs {res['max_jobs']}",
+             f"(started in {res['switch_start_s']:.1f} s), max_jobs {res['max_jobs']}, "
+             f"shares {res.get('shares', res['max_jobs'])}",
              f"prepare: {res['prepare_s']:.2f} s",
              f"job create: {c['n']} of {res['jobs_asked']} created, median "
              f"{c.get('median_s', 0):.3f} s, slowest {c.get('max_s', 0):.3f} s, all "
@@ -161,6 +166,11 @@ def report(res: dict) -> str:
              f"{res['reconcile_repaired']} repaired, {len(res['reconcile_errors'])} errors",
              f"passing-ctl job create as a process: median {cli.get('median_s', 0):.2f} s "
              f"over {cli['n']}"]
+    granted: dict[int, int] = {}
+    for job in res.get("jobs", {}).values():
+        granted[job["window"]] = granted.get(job["window"], 0) + 1
+    lines.append(f"windows granted (asked {res['window']}, at least {res['min_window']}): "
+                 + ", ".join(f"{n} jobs {w}" for w, n in sorted(granted.items(), reverse=True)))
     reasons: dict[str, dict[int, int]] = {}
     for r in res["refused"].values():
         by_size = reasons.setdefault(refusal_kind(r["why"]), {})
@@ -188,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--largest", type=int, default=512, help="hosts of the largest job")
     p.add_argument("--window", type=int, default=64, help="each job's wanted window")
     p.add_argument("--min-window", type=int, default=8, help="each job's smallest window")
-    p.add_argument("--max-jobs", type=int, default=8, help="jobs per switch (the controller's "
-                   "max_jobs)")
+    p.add_argument("--max-jobs", type=int, help="jobs per switch (the controller's max_jobs; "
+                   "default: its default)")
+    p.add_argument("--shares", type=int, help="equal shares of a switch's slots (the "
+                   "controller's shares; default: its default)")
     p.add_argument("--cli-samples", type=int, default=3,
                    help="jobs re-created by passing-ctl as separate processes")
     p.add_argument("--seed", type=int, default=1)
@@ -197,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     layout = FabricLayout(a.racks, a.hosts_per_rack, a.gpus, a.spines)
     jobs = place(write_fabric(layout, a.out), a.jobs, a.seed, a.smallest, a.largest)
-    res = run(layout, jobs, a.out, a.window, a.min_window, a.max_jobs, a.cli_samples)
+    res = run(layout, jobs, a.out, a.window, a.min_window, a.max_jobs, a.cli_samples, a.shares)
     print(report(res))
     return 0 if res["switches_alive"] else 1
 

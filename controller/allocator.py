@@ -2,16 +2,19 @@
 
 A switch has `capacity` aggregation slots (`passing.protocol.SLOT_CAPACITY` on the real pipeline)
 and admits at most `max_jobs` jobs. A job holds one contiguous range of slots, its pool, per
-switch; the pipeline range-checks every packet against it, so pools must never overlap.
+switch; the pipeline range-checks every packet against it, so pools must never overlap. The
+slots are cut into `shares` equal shares (by default as many as max_jobs): how many jobs get
+everything they may ask for whatever else came and went; more jobs than shares are admitted
+while slots are free, small pools packing into the shares.
 
 The rules below are the contract an operator can rely on.
 
-* Equal share: no job holds more than `fair_share()` = capacity // max_jobs slots. A request for
+* Equal share: no job holds more than `fair_share()` = capacity // shares slots. A request for
   more is refused, unless the caller gives a `minimum`: then the request counts as one for exactly
   the equal share (and is refused if `minimum` itself exceeds the share).
 * Share segments: the slots are cut into segments of `fair_share()` slots starting at slot 0
-  (the last one shorter when max_jobs does not divide capacity), and a pool never crosses a
-  segment boundary. Every pool therefore lies in one segment, so while fewer than max_jobs jobs
+  (the last one shorter when shares does not divide capacity), and a pool never crosses a
+  segment boundary. Every pool therefore lies in one segment, so while fewer than `shares` jobs
   hold pools, and none has a retiring pool (see Resizing), at least one whole segment is empty:
   every request of at most the equal share succeeds in full, whatever sizes came and went
   before. (Plain first-fit without segments cannot
@@ -19,8 +22,9 @@ The rules below are the contract an operator can rely on.
   too small.)
 * First fit: a block is a maximal run of free slots inside one segment. The block with the lowest
   base whose size is at least `want` gets the job: exactly `want` slots at the block's start.
-* Shortage: only pools restored from an earlier run under a different capacity or max_jobs can
-  cross a segment or exceed the share, and only they can leave no block of `want` slots. Then,
+* Shortage: with `shares` or more jobs (or pools restored from an earlier run under a different
+  capacity or shares, which may cross a segment or exceed the share) there may be no block of
+  `want` slots. Then,
   without `minimum` the request is refused with a list of the free ranges; with `minimum` the
   job gets the largest block (lowest base among equals), min(want, its size) slots, provided that
   is at least `minimum`, else the request is refused naming the minimum and the largest block.
@@ -86,17 +90,23 @@ class SlotAllocator:
 
     def __init__(self, switch: str, capacity: int, max_jobs: int = 8,
                  allocations: Mapping[int, SlotRange] | None = None,
-                 retiring: Mapping[int, SlotRange] | None = None) -> None:
+                 retiring: Mapping[int, SlotRange] | None = None,
+                 shares: int | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"switch {switch}: capacity must be at least 1, got {capacity}")
         if max_jobs < 1:
             raise ValueError(f"switch {switch}: max_jobs must be at least 1, got {max_jobs}")
+        shares = max_jobs if shares is None else shares
+        if not 1 <= shares <= max_jobs:
+            raise ValueError(f"switch {switch}: shares must be 1..max_jobs ({max_jobs}), got "
+                             f"{shares}")
         if capacity < max_jobs:
             raise ValueError(f"switch {switch}: {capacity} slots cannot give each of {max_jobs} "
                              "jobs even one slot")
         self.switch = switch
         self.capacity = capacity
         self.max_jobs = max_jobs
+        self.shares = shares
         self._pools: dict[int, SlotRange] = {}
         self._retiring: dict[int, SlotRange] = {}
         # Restored pools are what the switch holds right now, so they are accepted even where they
@@ -125,7 +135,7 @@ class SlotAllocator:
 
     def fair_share(self) -> int:
         """The most slots one job may hold, and the size of a share segment."""
-        return self.capacity // self.max_jobs
+        return self.capacity // self.shares
 
     def allocate(self, job_id: int, want: int, minimum: int | None = None) -> SlotRange:
         """Give `job_id` a pool of `want` slots (or at least `minimum`), by the module's rules."""
@@ -177,7 +187,7 @@ class SlotAllocator:
         share = self.fair_share()
         asked = want
         if want > share:
-            basis = f"{self.capacity} slots / {self.max_jobs} jobs"
+            basis = self._basis()
             if minimum is None:
                 raise AllocationError(f"{who} asked for {want} slots, more than the equal share "
                                       f"of {share} ({basis}); {self._ask_for_less(resizing)}")
@@ -259,14 +269,16 @@ class SlotAllocator:
         elif largest == 0:
             why = "no free slot"
         elif grant == share:
-            why = (f"at most {grant}, the equal share ({self.capacity} slots / {self.max_jobs} "
-                   "jobs)")
+            why = f"at most {grant}, the equal share ({self._basis()})"
         elif grant < largest:
             why = (f"at most {grant}: its largest free range holds {largest}, but a pool may not "
                    f"cross a {share}-slot share segment")
         else:
             why = f"at most {grant}, its largest free range"
         return f"free {free}; {why}"
+
+    def _basis(self) -> str:
+        return f"{self.capacity} slots / {self.shares} shares"
 
     def _ask_for_less(self, resizing: int | None = None) -> str:
         grant = self.largest_grant(resizing)

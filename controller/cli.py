@@ -26,6 +26,7 @@ from pathlib import Path
 
 from controller.core import (
     DEFAULT_MAX_JOBS,
+    DEFAULT_SHARES,
     Controller,
     ControllerError,
     Endpoint,
@@ -256,20 +257,29 @@ def load_controller(args) -> Controller:
         except (KeyError, TypeError, ValueError):
             raise ControllerError(f"{cfg_path}: switches.{name} needs \"address\" and an "
                                   "integer \"device_id\"") from None
-    return Controller(topo, endpoints, base / cfg["state"], max_jobs=_max_jobs(cfg, cfg_path),
+    max_jobs, shares = _job_limits(cfg, cfg_path)
+    return Controller(topo, endpoints, base / cfg["state"], max_jobs=max_jobs, shares=shares,
                       connect_timeout=args.timeout, retries=args.retries,
                       dump_dir=Path(args.dump_p4runtime) if args.dump_p4runtime else None)
 
 
-def _max_jobs(cfg: dict, cfg_path: Path) -> int:
-    """The configuration's jobs per switch: at most half the pipeline's job_config entries,
-    since a job holds two of them (its two pools) while it resizes."""
+def _job_limits(cfg: dict, cfg_path: Path) -> tuple[int, int]:
+    """The configuration's jobs per switch (at most half the pipeline's job_config entries,
+    since a job holds two of them while it resizes) and equal shares of its slots."""
     most = P.MAX_JOBS // 2
-    value = cfg.get("max_jobs", DEFAULT_MAX_JOBS)
+    max_jobs = _int_setting(cfg, cfg_path, "max_jobs", DEFAULT_MAX_JOBS, most,
+                            f"the pipeline's job_config holds {P.MAX_JOBS} entries, two per "
+                            "job while it resizes")
+    shares = _int_setting(cfg, cfg_path, "shares", min(max_jobs, DEFAULT_SHARES), max_jobs,
+                          "max_jobs: each share is some job's to take")
+    return max_jobs, shares
+
+
+def _int_setting(cfg: dict, cfg_path: Path, key: str, default: int, most: int, why: str) -> int:
+    value = cfg.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-        raise ControllerError(f"{cfg_path}: max_jobs must be an integer from 1 to {most} (the "
-                              f"pipeline's job_config holds {P.MAX_JOBS} entries, two per job "
-                              f"while it resizes), not {value!r}")
+        raise ControllerError(f"{cfg_path}: {key} must be an integer from 1 to {most} ({why}), "
+                              f"not {value!r}")
     return value
 
 

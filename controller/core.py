@@ -35,15 +35,21 @@ from controller.stats import JobStats
 from controller.store import JobRecord, JobStore
 from controller.switch import SwitchConnection
 from controller.topology import Topology
+from passing import protocol as P
 from passing.contract import JobParams
 from passing.pipeline_files import BUILD_DIR
 
-DEFAULT_MAX_JOBS = 8
+# Jobs per switch: job_config holds P.MAX_JOBS entries, two per job while it resizes.
+DEFAULT_MAX_JOBS = P.MAX_JOBS // 2
+# Equal shares of a switch's slots: so many jobs get all they may ask for (4096 / 8 = 512 slots,
+# twice the model's default window) whatever came and went; more jobs pack into the shares.
+DEFAULT_SHARES = 8
 
 
 class Controller:
     def __init__(self, topo: Topology, endpoints: dict[str, Endpoint], state: str | Path,
                  build_dir: Path = BUILD_DIR, max_jobs: int = DEFAULT_MAX_JOBS,
+                 shares: int | None = None,
                  election_id: tuple[int, int] = (0, 10), connect_timeout: float = 5.0,
                  retries: int = 3, dump_dir: Path | None = None,
                  sleep: Callable[[float], None] = time.sleep):
@@ -54,12 +60,13 @@ class Controller:
         self.store = JobStore(state)
         # Each setting is kept by the one piece that uses it, so that it has one place:
         # connections (endpoints, election id, timeouts, retries, dump_dir), pipelines
-        # (build_dir), the recorded jobs (max_jobs).
+        # (build_dir), the recorded jobs (max_jobs, shares).
         self.connections = SwitchConnections(endpoints, election_id, connect_timeout, retries,
                                              dump_dir, sleep)
         self.pipelines = Pipelines(topo, self.connections, build_dir)
         ports = AgentPorts(topo, self.store)
-        self._jobs = RecordedJobs(topo, self.store, max_jobs)
+        self._jobs = RecordedJobs(topo, self.store, max_jobs,
+                                  min(max_jobs, DEFAULT_SHARES) if shares is None else shares)
         self._retirement = PoolRetirement(self._jobs, self.connections)
         self._resizer = PoolResizer(self._jobs, self.connections, self._retirement)
         self._lifecycle = JobLifecycle(self._jobs, ports, self.connections, self.pipelines,

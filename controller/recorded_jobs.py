@@ -16,12 +16,14 @@ from passing import protocol as P
 
 class RecordedJobs:
     """The jobs recorded in `store`, on the switches of `topo`, each switch admitting at most
-    `max_jobs` of them."""
+    `max_jobs` of them, its slots cut into `shares` equal shares (default: max_jobs)."""
 
-    def __init__(self, topo: Topology, store: JobStore, max_jobs: int) -> None:
+    def __init__(self, topo: Topology, store: JobStore, max_jobs: int,
+                 shares: int | None = None) -> None:
         self.topo = topo
         self.store = store
         self.max_jobs = max_jobs
+        self.shares = shares
 
     def job(self, job_id: int) -> JobRecord:
         """The job; an unknown one is refused naming the jobs there are."""
@@ -37,7 +39,8 @@ class RecordedJobs:
                                  {jid: SlotRange(p.base, p.size)
                                   for jid, p in self.store.pools_on(s).items()},
                                  {jid: SlotRange(r.base, r.size)
-                                  for jid, r in self.store.retiring_on(s).items()})
+                                  for jid, r in self.store.retiring_on(s).items()},
+                                 self.shares)
                 for s in switches}
 
     def desired(self, job_plan: JobPlan, rec: JobRecord, pool: PoolRecord,

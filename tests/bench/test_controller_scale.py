@@ -56,11 +56,13 @@ def _expected_rows(topo, jobs: dict) -> tuple[Counter, Counter]:
 def test_every_created_job_is_on_exactly_its_switches(tmp_path) -> None:
     layout = FabricLayout(4, 8, 2, 2)
     topo = write_fabric(layout, tmp_path)
-    jobs = place(topo, 12, seed=1, smallest=8, largest=16)
-    res = run(layout, jobs, tmp_path, window=64, min_window=8, max_jobs=8, cli_samples=2)
+    jobs = place(topo, 40, seed=1, smallest=4, largest=16)
+    # The controller's defaults: more jobs on a ToR than equal shares, as long as slots are free.
+    res = run(layout, jobs, tmp_path, window=64, min_window=8, max_jobs=None, cli_samples=2)
 
     assert res["refused"] == {}
-    assert res["create"]["n"] == 12 and res["listed"] == 12
+    assert res["create"]["n"] == 40 and res["listed"] == 40
+    assert max(e["job_config"] for e in res["entries"].values()) > res["shares"] == 8
     assert sorted(map(int, res["jobs"])) == [j.job_id for j in jobs]
     for job in jobs:
         assert set(res["jobs"][str(job.job_id)]["hosts"]) == set(job.hosts)

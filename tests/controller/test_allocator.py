@@ -69,8 +69,8 @@ def test_more_than_the_share_is_refused_without_minimum():
     with pytest.raises(AllocationError) as e:
         a.allocate(7, 600)
     assert str(e.value) == ("switch tor1: job 7 asked for 600 slots, more than the equal share of "
-                            "512 (4096 slots / 8 jobs); ask for at most 512, or give a minimum to "
-                            "accept the share")
+                            "512 (4096 slots / 8 shares); ask for at most 512, or give a minimum "
+                            "to accept the share")
     assert a.allocations() == {}
 
 
@@ -85,7 +85,7 @@ def test_minimum_above_the_share_is_refused():
     with pytest.raises(AllocationError) as e:
         a.allocate(7, 1000, minimum=600)
     assert str(e.value) == ("switch tor1: job 7 needs at least 600 slots, more than the equal "
-                            "share of 512 (4096 slots / 8 jobs)")
+                            "share of 512 (4096 slots / 8 shares)")
 
 
 def _restored_with_two_holes() -> SlotAllocator:
@@ -181,6 +181,25 @@ def test_no_more_than_max_jobs():
                             "switch admits (max_jobs 4)")
     a.free(2)
     assert a.allocate(9, 16) == SlotRange(16, 16)
+
+
+def test_more_jobs_than_shares_pack_into_the_shares():
+    a = SlotAllocator("tor1", 64, max_jobs=16, shares=4)  # share 16
+    assert a.fair_share() == 16
+    pools = [a.allocate(j, 8) for j in range(8)]  # twice as many jobs as shares
+    assert pools == [SlotRange(8 * j, 8) for j in range(8)]
+    with pytest.raises(AllocationError, match="needs 8 contiguous slots; free: none"):
+        a.allocate(8, 8)  # memory, not the job count, refuses the ninth
+    a.free(3)
+    assert a.allocate(9, 16, minimum=4) == SlotRange(24, 8)  # the hole, down to its minimum
+    with pytest.raises(AllocationError, match="more than the equal share of 16"):
+        a.allocate(10, 17)
+
+
+def test_shares_default_to_max_jobs_and_cannot_exceed_it():
+    assert SlotAllocator("tor1", 64, max_jobs=4).fair_share() == 16
+    with pytest.raises(ValueError, match="shares must be 1..max_jobs"):
+        SlotAllocator("tor1", 64, max_jobs=4, shares=5)
 
 
 def test_free_unknown_job():
@@ -370,12 +389,13 @@ class AllocatorMachine(RuleBasedStateMachine):
     restored switches."""
 
     @initialize(capacity=st.one_of(st.integers(1, 200), st.just(P.SLOT_CAPACITY)),
-                max_jobs=st.integers(1, 12),
+                max_jobs=st.integers(1, 12), shares=st.integers(1, 12),
                 restored=st.lists(st.tuples(st.integers(0, 12), st.integers(1, 90)), max_size=6))
-    def setup(self, capacity, max_jobs, restored):
+    def setup(self, capacity, max_jobs, shares, restored):
         self.capacity = capacity
         self.max_jobs = min(max_jobs, capacity)
-        self.share = capacity // self.max_jobs
+        self.shares = min(shares, self.max_jobs)
+        self.share = capacity // self.shares
         # Restored pools may break today's share rules, as they would after a config change.
         pools = {}
         cursor = 0
@@ -387,7 +407,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.restored = set(pools)
         self.model: dict[int, SlotRange] = dict(pools)
         self.retiring: dict[int, SlotRange] = {}
-        self.a = SlotAllocator("sw", capacity, self.max_jobs, allocations=pools)
+        self.a = SlotAllocator("sw", capacity, self.max_jobs, allocations=pools,
+                               shares=self.shares)
 
     def _held(self) -> list[tuple[int, SlotRange]]:
         return [*self.model.items(), *self.retiring.items()]
@@ -426,11 +447,12 @@ class AllocatorMachine(RuleBasedStateMachine):
         for block in blocks:
             if block.size >= want:
                 return SlotRange(block.base, want)
-        # The segment rule promises a new job never ends here once restored pools are gone,
-        # while no pool is retiring (those hold segments no job is counted for). A resize has
-        # no such promise: the job's own current pool holds slots too.
-        assert resize or self.restored & set(self.model) or self.retiring, \
-            "equal-share guarantee broken"
+        # The segment rule promises a new job never ends here while fewer jobs than shares
+        # hold pools, once restored pools are gone, while no pool is retiring (those hold
+        # segments no job is counted for). A resize has no such promise: the job's own current
+        # pool holds slots too.
+        assert (resize or len(self.model) >= self.shares or self.restored & set(self.model)
+                or self.retiring), "equal-share guarantee broken"
         if minimum is None or not blocks:
             return None
         largest = max(blocks, key=lambda b: (b.size, -b.base))
@@ -541,7 +563,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     @invariant()
     def state_restores_identically(self):
         again = SlotAllocator("sw", self.capacity, self.max_jobs, self.a.allocations(),
-                              self.a.retiring())
+                              self.a.retiring(), self.shares)
         assert again.free_ranges() == self.a.free_ranges()
 
 

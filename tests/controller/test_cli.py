@@ -148,6 +148,9 @@ def test_unreachable_switch_exit_code(tmp_path, capsys):
                  "switches": {}, "max_jobs": 129}), "max_jobs must be an integer from 1 to 128"),
     (json.dumps({"topology": str(REPO / "topologies" / "star.json"), "state": "s",
                  "switches": {}, "max_jobs": "16"}), "max_jobs must be an integer from 1 to 128"),
+    (json.dumps({"topology": str(REPO / "topologies" / "star.json"), "state": "s",
+                 "switches": {}, "max_jobs": 4, "shares": 8}),
+     "shares must be an integer from 1 to 4"),
 ])
 def test_bad_configuration(tmp_path, capsys, content, message):
     path = tmp_path / "c.json"

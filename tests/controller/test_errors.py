@@ -43,7 +43,7 @@ def test_refusal_names_free_ranges_per_switch_and_the_largest_window():
         "job 7 does not fit: it wants a window of 10 slots on each of its switches, and the "
         "largest window that fits on all of them now is 6 (tor1: free 0-5 (6); at most 6, its "
         "largest free range; tor2: free 0-63 (64); at most 16, the equal share (64 slots / 4 "
-        "jobs); spine: free 0-63 (64); at most 16, the equal share (64 slots / 4 jobs)); ask "
+        "shares); spine: free 0-63 (64); at most 16, the equal share (64 slots / 4 shares)); ask "
         "for a window of at most 6, or pass --min-window 6 or less")
     # Both ways out of the hint work.
     assert common_window(7, 6, None, allocs) == 6
@@ -84,7 +84,7 @@ def test_share_segments_bound_the_window_and_the_message_says_so():
     allocs = _leafspine({1: SlotRange(0, 32)}, max_jobs=4)
     msg = _refusal(7, 20, None, allocs)
     assert "the largest window that fits on all of them now is 16" in msg
-    assert "tor1: free 32-63 (32); at most 16, the equal share (64 slots / 4 jobs)" in msg
+    assert "tor1: free 32-63 (32); at most 16, the equal share (64 slots / 4 shares)" in msg
     # A restored run's pools: free 0-5 and 26-39, which slot 32 cuts into 26-31 and 32-39.
     restored = _leafspine({1: SlotRange(6, 20), 2: SlotRange(40, 24)})
     msg = _refusal(7, 16, None, restored)
@@ -110,7 +110,7 @@ def test_the_equal_share_hint_is_given_only_when_the_share_is_free():
         a.allocate(7, 600)
     assert str(e.value) == (
         "switch tor1: job 7 asked for 600 slots, more than the equal share of 512 (4096 slots / "
-        "8 jobs); ask for at most 256, or give a minimum of at most 256 to accept 256 (free "
+        "8 shares); ask for at most 256, or give a minimum of at most 256 to accept 256 (free "
         "0-99 (100), 2048-2303 (256); at most 256, its largest free range)")
     assert a.allocate(7, 600, minimum=256) == SlotRange(2048, 256)
     full = SlotAllocator("tor1", 16, 2, {1: SlotRange(0, 16)})

@@ -497,7 +497,7 @@ def test_cli_job_resize_refusals_exit_3(make_control, capsys):
         (["job", "resize", "7", "--window", "8", "--min-window", "9"],
          "job 7 not resized: --min-window 9 is larger than --window 8"),
         (["job", "resize", "7", "--window", "5000"],
-         "at most 512, the equal share (4096 slots / 8 jobs)); ask for a window of at most 512"),
+         "at most 512, the equal share (4096 slots / 8 shares)); ask for a window of at most 512"),
     ]:
         code, out, err = cli(ctl, capsys, *argv)
         assert code == 3, argv
