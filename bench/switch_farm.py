@@ -4,22 +4,12 @@ without a pipeline (`--no-p4`, as BMv2 starts under Mininet); stopped by the PID
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-
-def _listening(port: int) -> bool:
-    """Whether something accepts TCP connections on 127.0.0.1:`port`. A connection to a port
-    nobody listens on can be the socket meeting itself (TCP simultaneous open, when the kernel
-    picks that very port as the source): that is no server, and it holds the port in TIME-WAIT
-    so the switch then fails to bind it (seen at 52024)."""
-    with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", port)) != 0:
-            return False
-        return s.getsockname() != s.getpeername()
+from passing.tcp_probe import accepts
 
 
 class SwitchFarm:
@@ -61,7 +51,7 @@ class SwitchFarm:
             for name, port in list(waiting.items()):
                 if self.procs[name].poll() is not None:
                     raise RuntimeError(f"switch {name} exited; see {self.log_dir / name}.log")
-                if _listening(port):
+                if accepts("127.0.0.1", port, timeout=1.0):
                     del waiting[name]
             if waiting and time.monotonic() > deadline:
                 raise RuntimeError(f"no gRPC server after {self.start_timeout} s: "

@@ -9,8 +9,9 @@ a sweep. Polling with plain connects every few milliseconds costs nothing in com
 
 from __future__ import annotations
 
-import socket
 import time
+
+from passing.tcp_probe import accepts
 
 POLL_S = 0.005
 
@@ -24,8 +25,6 @@ def wait_for_listener(host: str, port: int, timeout: float) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        try:
-            with socket.create_connection((host, port), timeout=min(left, 1.0)):
-                return True
-        except OSError:
-            time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        if accepts(host, port, timeout=min(left, 1.0)):
+            return True
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))

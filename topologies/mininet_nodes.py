@@ -5,7 +5,6 @@ port on 127.0.0.1; logs (and BMv2 pcaps, when asked) go under the run directory.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from mininet.link import TCIntf, TCLink
 from mininet.node import Switch
 
+from passing.tcp_probe import accepts
 from topologies.link_rate import htb_class_options
 
 GRPC_PORT_BASE = 50001
@@ -121,9 +121,8 @@ class PassingSwitch(Switch):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"switch {self.name} exited; see {log.name}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.grpc_port)) == 0:
-                    return
+            if accepts("127.0.0.1", self.grpc_port, timeout=1.0):
+                return
             time.sleep(0.1)
         raise RuntimeError(f"switch {self.name}: no gRPC server on {self.grpc_address}")
 
