@@ -26,7 +26,6 @@ from pathlib import Path
 
 from controller.core import (
     DEFAULT_MAX_JOBS,
-    DEFAULT_SHARES,
     Controller,
     ControllerError,
     Endpoint,
@@ -263,20 +262,21 @@ def load_controller(args) -> Controller:
                       dump_dir=Path(args.dump_p4runtime) if args.dump_p4runtime else None)
 
 
-def _job_limits(cfg: dict, cfg_path: Path) -> tuple[int, int]:
+def _job_limits(cfg: dict, cfg_path: Path) -> tuple[int, int | None]:
     """The configuration's jobs per switch (at most half the pipeline's job_config entries,
-    since a job holds two of them while it resizes) and equal shares of its slots."""
+    since a job holds two of them while it resizes) and equal shares of its slots (None where
+    it names none: the controller's default)."""
     most = P.MAX_JOBS // 2
-    max_jobs = _int_setting(cfg, cfg_path, "max_jobs", DEFAULT_MAX_JOBS, most,
-                            f"the pipeline's job_config holds {P.MAX_JOBS} entries, two per "
-                            "job while it resizes")
-    shares = _int_setting(cfg, cfg_path, "shares", min(max_jobs, DEFAULT_SHARES), max_jobs,
-                          "max_jobs: each share is some job's to take")
-    return max_jobs, shares
+    max_jobs = _bounded(cfg_path, "max_jobs", cfg.get("max_jobs", DEFAULT_MAX_JOBS), most,
+                        f"the pipeline's job_config holds {P.MAX_JOBS} entries, two per job "
+                        "while it resizes")
+    if "shares" not in cfg:
+        return max_jobs, None
+    return max_jobs, _bounded(cfg_path, "shares", cfg["shares"], max_jobs,
+                              "max_jobs: each share is some job's to take")
 
 
-def _int_setting(cfg: dict, cfg_path: Path, key: str, default: int, most: int, why: str) -> int:
-    value = cfg.get(key, default)
+def _bounded(cfg_path: Path, key: str, value: object, most: int, why: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
         raise ControllerError(f"{cfg_path}: {key} must be an integer from 1 to {most} ({why}), "
                               f"not {value!r}")
