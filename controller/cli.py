@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "contributor; ina: switch-only baseline, every GPU is a contributor")
     c.add_argument("--params-out", default=None,
                    help="also write the host agents' job parameters (JSON) to this file")
+    c.add_argument("--no-fallback", action="store_true",
+                   help="refuse the job when its switches cannot hold it now; by default a "
+                        "passing job then waits for slots, its hosts summing with a host "
+                        "collective, and moves onto the switches when they free")
     c.add_argument("--quorum", type=_quorum, default=(), metavar="Q[,Q1[,Q2]]",
                    help=QUORUM_HELP)
     c.add_argument("--patience", type=_patience, default=(), metavar="P|MIN..MAX",
@@ -283,8 +287,31 @@ def _bounded(cfg_path: Path, key: str, value: object, most: int, why: str) -> in
     return value
 
 
+def _waiting_text(spec: JobSpec) -> str:
+    """What a job waiting for slots does meanwhile, and when that ends."""
+    want = f"a window of {spec.window}" + (f" (at least {spec.min_window})"
+                                           if spec.min_window else "")
+    return (f"its switches cannot hold {want} now, so its hosts sum with a host collective "
+            "(the in-host stage, then a ring among the hosts' leaders); the controller moves it "
+            "onto the switches, live, at the first call (job create, delete, resize, show, "
+            "reconcile) after which they can")
+
+
+def _placed(ctl: Controller) -> list[dict]:
+    return [{"job_id": r.job_id, "window": r.pools[0].size, "pool_epoch": r.pool_epoch}
+            for r in ctl.placed]
+
+
+def _placed_text(ctl: Controller) -> str:
+    """The waiting jobs this call moved onto their switches."""
+    return "".join(f"\njob {r.job_id} moved onto its switches: window {r.pools[0].size} (pool "
+                   f"epoch {r.pool_epoch}); its agents leave the host collective at a call "
+                   "boundary" for r in ctl.placed)
+
+
 def _pools(rec) -> list[dict]:
-    return [{"switch": p.switch, "slots": f"{p.base}-{p.base + p.size - 1}", "size": p.size,
+    return [{"switch": p.switch, "slots": f"{p.base}-{p.base + p.size - 1}" if p.size else "-",
+             "size": p.size,
              "fan_in": p.fan_in, "role": "root" if p.is_root else "non-root",
              "generation": p.gen} for p in rec.pools]
 
@@ -457,14 +484,20 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
             tuple(h.strip() for h in args.hosts.split(",") if h.strip())
         spec = JobSpec(args.job_id, hosts, args.window, args.min_window,
                        agent_port=args.agent_port, mode=args.mode, quorum=args.quorum,
-                       patience=args.patience, staleness=args.staleness)
+                       patience=args.patience, staleness=args.staleness,
+                       fallback=not args.no_fallback)
         rec = ctl.create_job(spec)
         params = ctl.agent_params(rec.job_id).to_dict()
         _write_params(args.params_out, params)
-        res = {"job_id": rec.job_id, "pools": _pools(rec), "agent_params": params}
-        return res, (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
-                     f"agent ports {_agent_ports(ctl, rec)}:\n"
-                     + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role"]))
+        res = {"job_id": rec.job_id, "pools": _pools(rec), "waiting": rec.waiting,
+               "placed": _placed(ctl), "agent_params": params}
+        head = (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
+                f"agent ports {_agent_ports(ctl, rec)}")
+        if rec.waiting:
+            return res, (f"{head}, WAITING for slots: {_waiting_text(spec)}"
+                         + _placed_text(ctl))
+        return res, (f"{head}:\n" + _table(_pools(rec), ["switch", "slots", "size", "fan_in",
+                                                         "role"]) + _placed_text(ctl))
     if args.job_cmd == "set":
         rec = ctl.set_policy(args.job_id, quorum=args.quorum, patience=args.patience,
                              staleness=args.staleness)
@@ -487,13 +520,16 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
     if args.job_cmd == "delete":
         rec = ctl.delete_job(args.job_id)
         freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}"
-                          for p in (*rec.pools, *rec.retiring))
-        return {"job_id": rec.job_id, "freed": _pools(rec) + _retiring(rec)}, \
-            f"job {rec.job_id} deleted; slots freed: {freed}"
+                          for p in (*rec.pools, *rec.retiring) if p.size)
+        return {"job_id": rec.job_id, "freed": _pools(rec) + _retiring(rec),
+                "placed": _placed(ctl)}, \
+            f"job {rec.job_id} deleted; slots freed: {freed or 'none'}" + _placed_text(ctl)
     if args.job_cmd == "list":
         rows = [{"job": r.job_id, "mode": r.spec.get("mode", "passing"),
                  "hosts": ",".join(r.spec["hosts"]),
-                 "window": r.pools[0].size, "switches": ",".join(p.switch for p in r.pools)}
+                 "window": (f"waiting ({r.spec['window']})" if r.waiting
+                            else r.pools[0].size),
+                 "switches": ",".join(p.switch for p in r.pools)}
                 for r in ctl.store.jobs()]
         cols = ["job", "mode", "hosts", "window", "switches"]
         return rows, _table(rows, cols) if rows else "no jobs"
@@ -507,12 +543,15 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         rec = ctl.job(args.job_id)
         params = ctl.agent_params(args.job_id).to_dict()
         res = {"job_id": rec.job_id, "spec": rec.spec, "pools": _pools(rec),
-               "pool_epoch": rec.pool_epoch, "installing": rec.installing,
+               "waiting": rec.waiting, "pool_epoch": rec.pool_epoch,
+               "installing": rec.installing,
                "retiring": _retiring(rec), "move": move, "agent_params": params}
         if error is not None:
             res["move_error"] = error
+        where = (f"WAITING for slots: {_waiting_text(JobSpec.from_dict(rec.spec))}"
+                 if rec.waiting else _move_text(rec, move, error))
         return res, (f"job {rec.job_id}: hosts {', '.join(rec.spec['hosts'])}, agent ports "
-                     f"{_agent_ports(ctl, rec)}, {_move_text(rec, move, error)}\n"
+                     f"{_agent_ports(ctl, rec)}, {where}\n"
                      + _table(_pools(rec), ["switch", "slots", "size", "fan_in", "role",
                                             "generation"])
                      + "\n\nagent parameters:\n" + json.dumps(params, indent=2))

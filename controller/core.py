@@ -35,6 +35,7 @@ from controller.stats import JobStats
 from controller.store import JobRecord, JobStore
 from controller.switch import SwitchConnection
 from controller.topology import Topology
+from controller.waiting import WaitingJobs
 from passing import protocol as P
 from passing.contract import JobParams
 from passing.pipeline_files import BUILD_DIR
@@ -74,6 +75,9 @@ class Controller:
         self._policy = PolicyChanges(self._jobs, ports, self.connections)
         self._stats = JobStats(self._jobs, self.connections, self._retirement)
         self._reconciler = Reconciler(self._jobs, ports, self.connections, self.pipelines)
+        self._waiting = WaitingJobs(self._jobs, self._resizer, self._retirement)
+        # The waiting jobs the last call moved onto their switches (controller.waiting).
+        self.placed: list[JobRecord] = []
 
     # -- connections ----------------------------------------------------------------------------
     def disconnect(self) -> None:
@@ -114,7 +118,10 @@ class Controller:
     # -- jobs -----------------------------------------------------------------------------------
     def create_job(self, spec: JobSpec) -> JobRecord:
         """Allocate and install a job. With spec.agent_port 0 the job gets the lowest free
-        range of agent ports from 61000; the stored spec holds the port it got."""
+        range of agent ports from 61000; the stored spec holds the port it got. A `passing`
+        job that does not fit now is created waiting for slots (JobRecord.waiting), unless
+        spec.fallback is False; jobs that waited before it are placed first."""
+        self.placed = self._waiting.place()
         return self._lifecycle.create_job(spec)
 
     def set_quorum(self, job_id: int, quorum: tuple[int, ...]) -> JobRecord:
@@ -137,8 +144,21 @@ class Controller:
         return self._jobs.job(job_id)
 
     def delete_job(self, job_id: int) -> JobRecord:
-        """Remove the job's entries, a retiring pool's included, and free all its slots."""
-        return self._lifecycle.delete_job(job_id)
+        """Remove the job's entries, a retiring pool's included, and free all its slots;
+        waiting jobs that fit then are given pools (`placed`)."""
+        rec = self._lifecycle.delete_job(job_id)
+        self.placed = self._waiting.place()
+        return rec
+
+    def place_waiting(self) -> list[JobRecord]:
+        """Give pools to the jobs waiting for slots that fit now, oldest first (WaitingJobs);
+        the jobs placed. Every call below that may free slots does it too."""
+        self.placed = self._waiting.place()
+        return self.placed
+
+    def waiting_jobs(self) -> list[JobRecord]:
+        """The jobs waiting for slots, oldest first."""
+        return self._waiting.waiting()
 
     def agent_params(self, job_id: int) -> JobParams:
         """Everything a host agent needs to join the job (passing.contract, docs/controller.md)."""
@@ -149,12 +169,17 @@ class Controller:
         """Move a running job to a new pool of `window` slots on each of its switches (at
         least `min_window` when short), beside its current one, which retires once every host
         uses the new one (controller.resize, docs/controller.md "Live pool resizing")."""
-        return self._resizer.resize_job(job_id, window, min_window)
+        rec = self._resizer.resize_job(job_id, window, min_window)
+        self.placed = self._waiting.place()
+        return rec
 
     def retire_pools(self, job_id: int) -> PoolMove:
         """Free the job's retiring pools if every host has moved to its new pool; which hosts
-        have and which have not (controller.retire)."""
-        return self._retirement.retire_pools(job_id)
+        have and which have not (controller.retire). Waiting jobs that fit then (the job
+        itself among them) are given pools (`placed`)."""
+        move = self._retirement.retire_pools(job_id)
+        self.placed = self._waiting.place()
+        return move
 
     # -- observation ----------------------------------------------------------------------------
     def slots(self) -> dict[str, SlotAllocator]:
@@ -170,4 +195,6 @@ class Controller:
     def reconcile(self, fix: bool = True) -> dict[str, dict[str, list[str]]]:
         """Compare every switch with the job table. With fix, re-install what is missing or
         wrong. Stray entries (no known job) are reported, never removed."""
-        return self._reconciler.reconcile(fix)
+        report = self._reconciler.reconcile(fix)
+        self.placed = self._waiting.place() if fix else []
+        return report

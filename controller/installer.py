@@ -57,8 +57,10 @@ class Desired:
     retiring: JobConfig | None = None
 
     def configs(self) -> list[JobConfig]:
-        """The job's job_config entries: its pool's, then its retiring pool's if any."""
-        return [self.job] + ([self.retiring] if self.retiring is not None else [])
+        """The job's job_config entries: its pool's (none while the job waits for slots, its
+        pool empty), then its retiring pool's if any."""
+        return ([self.job] if self.job.pool_size else []) + (
+            [self.retiring] if self.retiring is not None else [])
 
 
 def desired(role: SwitchRole, pool: PoolParams, job_id: int, switch: Switch,

@@ -81,6 +81,11 @@ class JobSpec:
     # switches it could have used change. () for a job in one rack, and in state files written
     # before several spines: the choice by name, on those fabrics' one spine.
     tree: tuple[str, ...] = ()
+    # A `passing` job its switches cannot hold now (their slots or job entries are taken, its
+    # window within the equal share) is created all the same, waiting for slots: its hosts sum
+    # with a host collective until the controller gives it pools (controller.waiting). False:
+    # refused instead, as `ina` jobs always are.
+    fallback: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.job_id <= 0xFFFF:
@@ -113,6 +118,8 @@ class JobSpec:
             check_patience(self.patience)
         except ValueError as e:
             raise JobError(str(e)) from None
+        if type(self.fallback) is not bool:
+            raise JobError(f"fallback {self.fallback!r}: true or false")
         if type(self.staleness) is not int or not 0 <= self.staleness <= MAX_STALENESS:
             raise JobError(f"staleness {self.staleness!r}: a whole number of calls, "
                            f"0..{MAX_STALENESS}")

@@ -27,7 +27,8 @@ def job_params(rec: JobRecord, topo: Topology) -> JobParams:
     if rec.installing:
         # A resize whose entries may not be on every switch yet: agents that moved now
         # would send into a pool some switch does not have.
-        window, epoch = rec.retiring[0].size, epoch - 1
+        # (A job that waited for slots had none: its agents stay on the host collective.)
+        window, epoch = (rec.retiring[0].size if rec.retiring else 0), epoch - 1
     return JobParams(rec.job_id, spec.mode, spec.session_key,
                      switch_udp_port=P.PASSING_UDP_PORT, agent_udp_port=spec.udp_port,
                      window=window, hosts=tuple(hosts),

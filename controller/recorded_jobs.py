@@ -37,7 +37,7 @@ class RecordedJobs:
         """Per switch, its slots as the live jobs' pools and retiring pools hold them."""
         return {s: SlotAllocator(s, P.SLOT_CAPACITY, self.max_jobs,
                                  {jid: SlotRange(p.base, p.size)
-                                  for jid, p in self.store.pools_on(s).items()},
+                                  for jid, p in self.store.pools_on(s).items() if p.size},
                                  {jid: SlotRange(r.base, r.size)
                                   for jid, r in self.store.retiring_on(s).items()},
                                  self.shares)

@@ -25,7 +25,10 @@ class PoolRecord:
 
     switch: str
     base: int
-    size: int  # the job's window (controller.job_plan.JobSpec); a column of the state file
+    # The job's window (controller.job_plan.JobSpec); a column of the state file. 0 (base 0)
+    # on every switch of a job that waits for slots: its hosts sum with a host collective, and
+    # the switch has every entry of the job but its job_config (docs/controller.md).
+    size: int
     gen: int
     stat_idx: int
     mcast_grp: int
@@ -70,6 +73,12 @@ class JobRecord:
         """The FLAG_POOL of the current pools."""
         return self.pool_epoch & 1
 
+    @property
+    def waiting(self) -> bool:
+        """The job holds no slots (its pools are empty): it waits for them, its hosts summing
+        with a host collective meanwhile."""
+        return all(pool.size == 0 for pool in self.pools)
+
 
 def check_job(job: JobRecord) -> None:
     """Refuse records that could not be written into the pipeline as they are."""
@@ -79,12 +88,17 @@ def check_job(job: JobRecord) -> None:
     repeated = sorted({s for s in switches if switches.count(s) > 1})
     if repeated:
         raise StoreError(f"job {job.job_id} has more than one pool on switch {repeated[0]}")
+    empty = [pool.switch for pool in job.pools if pool.size == 0]
+    if empty and len(empty) != len(job.pools):
+        raise StoreError(f"job {job.job_id} has slots on some switches but none on "
+                         f"{', '.join(empty)} (a job waits for slots on all or none)")
     for pool in job.pools:
         where = f"job {job.job_id} on switch {pool.switch}"
         checks: list[tuple[bool, str]] = [
-            (pool.size >= 1 and pool.base >= 0 and pool.base + pool.size <= P.SLOT_CAPACITY,
+            ((pool.size >= 1 and pool.base >= 0 and pool.base + pool.size <= P.SLOT_CAPACITY)
+             or (pool.size, pool.base) == (0, 0),
              f"slots {slots(pool.base, pool.size)} must be a non-empty range within "
-             f"0..{P.SLOT_CAPACITY - 1}"),
+             f"0..{P.SLOT_CAPACITY - 1} (or none, base 0, while the job waits)"),
             (1 <= pool.gen <= MAX_GENERATION, f"gen {pool.gen} must be in 1..{MAX_GENERATION}"),
             (0 <= pool.stat_idx < P.MAX_JOBS,
              f"stat_idx {pool.stat_idx} must be in 0..{P.MAX_JOBS - 1}"),
@@ -112,8 +126,12 @@ def _check_retiring(job: JobRecord) -> None:
         raise StoreError(f"job {job.job_id}: pool epoch {job.pool_epoch} is negative")
     if job.retiring and job.pool_epoch == 0:
         raise StoreError(f"job {job.job_id}: retiring pools but never resized (pool epoch 0)")
-    if job.installing and not job.retiring:
+    if job.installing and not job.retiring and job.pool_epoch != 1:
+        # Only the move of a job that waited for slots (pool epoch 0, empty pools) onto its
+        # first pools has nothing to retire.
         raise StoreError(f"job {job.job_id}: a resize being installed keeps its old pools")
+    if job.retiring and job.waiting:
+        raise StoreError(f"job {job.job_id}: waits for slots but has retiring pools")
     current = {pool.switch: pool for pool in job.pools}
     seen = set()
     for r in job.retiring:

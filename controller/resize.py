@@ -86,9 +86,13 @@ class PoolResizer:
             except SwitchError as e:
                 raise SwitchFailure(f"job {job_id} not resized: {e}") from None
         allocs = self.jobs.allocators(job_plan.switches)
+        # A job waiting for slots holds none: its first pools are allocated as a new job's
+        # (max_jobs counts), with nothing to retire.
+        waiting = rec.waiting
         try:
-            size = common_window(job_id, window, min_window, allocs, resize=True)
-            ranges = {s: allocs[s].resize(job_id, size) for s in job_plan.switches}
+            size = common_window(job_id, window, min_window, allocs, resize=not waiting)
+            ranges = {s: (allocs[s].allocate if waiting else allocs[s].resize)(job_id, size)
+                      for s in job_plan.switches}
         except AllocationError as e:
             raise ControllerError(str(e)) from None
         pools = []

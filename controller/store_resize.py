@@ -51,8 +51,9 @@ class ResizeRecords:
             if sorted(p.switch for p in pools) != sorted(p.switch for p in job.pools):
                 raise StoreError(f"job {job_id}: a resize keeps the job's switches "
                                  f"({', '.join(p.switch for p in job.pools)})")
+            # A job that waited for slots has none to retire.
             retiring = tuple(RetiringPool(p.switch, p.base, p.size, p.gen, job.pool_bit)
-                             for p in job.pools)
+                             for p in job.pools if p.size)
             new = JobRecord(job_id, _resized(job.spec, spec), pools, job.created_at, epoch + 1,
                             retiring, installing=True)
             check_job(new)

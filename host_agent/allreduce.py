@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from host_agent import local_stage
 from host_agent.fixed_point import NonFiniteError
+from host_agent.host_collective import HostsSum
 from host_agent.local_channel import ChannelBroken
 from host_agent.pool_move import Policy, PooledStreamer
 from host_agent.session import agree_in_group
@@ -86,7 +87,7 @@ class PassingAllreduce:
                  nonfinite: str = "raise",
                  params_source: Callable[[], JobParams] | None = None, poll: float = 2.0,
                  policy: Policy | None = None, udp_segments: int | None = None,
-                 **stream_options):
+                 hosts_group: dist.ProcessGroup | None = None, **stream_options):
         """params: the job's agent parameters (JobParams.load of passing-ctl's --params-out, or
         JobParams.from_dict of 'agent_params' in passing-ctl job show --json);
         host: this server's name in them; group: the local ranks (default: the whole world,
@@ -105,7 +106,10 @@ class PassingAllreduce:
         under newer parameters polled there (a live `passing-ctl job set`), the same rule on
         every host; None: the `stream_options` given stay; udp_segments: datagrams per
         message the leader's socket hands the kernel (host_agent.transport.SEGMENTS_ENV;
-        None: that variable, or the default), when no `transport` is given."""
+        None: that variable, or the default), when no `transport` is given; hosts_group: on
+        the leader, a group of the job's hosts' leaders (gloo), over which the hosts sum while
+        the job waits for switch slots (window 0 in its parameters; host_agent.host_collective):
+        needed only then."""
         # Refused here, on every rank: a wrong job would leave the leader waiting on the switch.
         h = params.host(host)
         if params.mode != "passing":
@@ -142,7 +146,8 @@ class PassingAllreduce:
             cfg = StreamConfig(params.job_id, h.contributor_id, params.window,
                                params.streams, self.session,
                                local_gpus=self.local_size, **stream_options)
-            self.stream = PooledStreamer(cfg, transport, params, params_source, poll, policy)
+            self.stream = PooledStreamer(cfg, transport, params, params_source, poll, policy,
+                                         hosts_sum=_hosts_sum(hosts_group))
 
     @property
     def streamer(self) -> SlotStreamer | None:
@@ -316,6 +321,17 @@ def _round_into(out: torch.Tensor, sums: np.ndarray, divide_by: int) -> None:
     if divide_by != 1:
         np.divide(sums, divide_by, out=sums)
     out.copy_(torch.from_numpy(sums).reshape(out.shape))
+
+
+def _hosts_sum(group: dist.ProcessGroup | None) -> HostsSum | None:
+    """The host collective's sum over `group` (the hosts' leaders): float64 on the CPU, in
+    place."""
+    if group is None or group == dist.GroupMember.NON_GROUP_MEMBER:
+        return None
+
+    def hosts_sum(values: np.ndarray) -> None:
+        group.allreduce([torch.from_numpy(values)]).wait()
+    return hosts_sum
 
 
 def _reduce_to_leader() -> dist.ReduceOptions:

@@ -38,6 +38,7 @@ from torch.distributed import PrefixStore
 
 from host_agent.allreduce import PassingAllreduce
 from host_agent.job_source import params_from_env, pool_poll, this_host
+from host_agent.leaders import leaders_group
 from host_agent.pool_move import Policy
 from host_agent.session import _to_signed, new_session
 from host_agent.stream_api import StreamConfig
@@ -468,10 +469,14 @@ def create_process_group(store: dist.Store, rank: int, size: int,
     error = ""
     try:
         env = dict(os.environ)
+        # A job waiting for switch slots sums over its hosts' leaders meanwhile (every rank
+        # holds the same parameters: checked above).
+        hosts_group = leaders_group(store, params, host, timeout) \
+            if params.window == 0 and nodes[node].index(rank) == 0 else None
         pg.passing = PassingAllreduce(params, host, local, session=int(session.item()) & (
             (1 << 64) - 1), nonfinite="propagate", total_gpus=size,
             params_source=lambda: params_from_env(env), poll=pool_poll(env),
-            policy=live_policy(env), **options)
+            policy=live_policy(env), hosts_group=hosts_group, **options)
     except (OSError, RuntimeError, ValueError) as e:  # e.g. the leader cannot bind its port
         error = f"{type(e).__name__}: {e}"
     _agree(store, "passing/ready", rank, size, {"error": error, "host": host}, timeout)

@@ -51,6 +51,7 @@ from collections.abc import Callable
 import numpy as np
 
 from host_agent import fixed_point as fx
+from host_agent.host_collective import HostCollective, HostsSum
 from host_agent.scratch import Scratch
 from host_agent.stream import SlotStreamer
 from host_agent.stream_api import StreamConfig, Transport, check_out, handed_out
@@ -220,14 +221,35 @@ class PooledStreamer:
 
     def __init__(self, cfg: StreamConfig, transport: Transport, params: JobParams,
                  source: Callable[[], JobParams] | None = None, poll: float = 2.0,
-                 policy: Policy | None = None):
-        self.streamer = SlotStreamer(dataclasses.replace(
-            cfg, window=params.window, pool=params.pool,
-            session=pool_session(cfg.session, params.pool, params.window)), transport)
+                 policy: Policy | None = None, hosts_sum: HostsSum | None = None):
+        self.hosts_sum = hosts_sum
+        self.host_calls = 0  # calls summed by the host collective (the job waiting for slots)
+        self.streamer = self._stream(cfg, params, transport)
         self.vote = PoolVote(params, source, poll)
         self.policy = policy
         self._scratch = Scratch()  # a call's values with the vote
         self._counted: tuple[SlotStreamer, int] | None = None  # the last call's streamer, n
+
+    def _stream(self, cfg: StreamConfig, params: JobParams, transport: Transport,
+                **rules) -> SlotStreamer | HostCollective:
+        """The stream of the pool `params` name: through the switch, or, with window 0 (the
+        job waits for slots), the host collective (host_agent.host_collective)."""
+        if params.window == 0:
+            if self.hosts_sum is None:
+                raise ValueError(
+                    f"job {params.job_id} waits for switch slots (window 0 in its parameters): "
+                    "its hosts sum with a host collective, which needs a group of the hosts' "
+                    "leaders (PassingAllreduce's hosts_group), and none was given")
+            return HostCollective(dataclasses.replace(cfg, window=0, pool=params.pool, **rules),
+                                  transport, self.hosts_sum)
+        return SlotStreamer(dataclasses.replace(
+            cfg, window=params.window, pool=params.pool,
+            session=pool_session(cfg.session, params.pool, params.window), **rules), transport)
+
+    @property
+    def on_switch(self) -> bool:
+        """Whether the job's sums go through the switch now (else: the host collective)."""
+        return isinstance(self.streamer, SlotStreamer)
 
     @property
     def last_counts(self) -> np.ndarray:
@@ -257,6 +279,7 @@ class PooledStreamer:
         voted = self.vote.with_vote(flat, self._scratch.get(
             "voted", (size,), np.float32 if flat.dtype == np.float32 else np.float64))
         total = self.streamer.allreduce_view(voted)
+        self.host_calls += not self.on_switch
         start = vote_offset(n)
         moving = self.vote.decide(total[start:], self.streamer.counts_from(start), cfg.complete,
                                   cfg.streams)
@@ -267,11 +290,7 @@ class PooledStreamer:
         if moving.pool != before.pool:
             old = self.streamer
             # (the old streamer's memory, which `total` is, stays as long as the caller holds it)
-            self.streamer = SlotStreamer(dataclasses.replace(
-                cfg, window=moving.window, pool=moving.pool,
-                session=pool_session(cfg.session, moving.pool, moving.window),
-                wait_first=True, **rules),
-                old.detach())
+            self.streamer = self._stream(cfg, moving, old.detach(), wait_first=True, **rules)
             # The host's counters go on across pools: a caller that holds them (passing-agent
             # reports them at the end) sees the whole run. So does what says whether a host
             # keeps coming late (every host moves after the same call, with the same).

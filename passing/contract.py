@@ -112,7 +112,10 @@ class JobParams:
     session_key: str
     switch_udp_port: int  # where the switches receive contributions
     agent_udp_port: int  # where an agent receives results; in `ina`, local rank i on + i
-    window: int  # the job's slots per switch: packets each stream keeps in flight
+    # The job's slots per switch: packets each stream keeps in flight. 0: the switches hold
+    # no pool for the job yet (it waits for slots): its hosts sum with a host collective
+    # (host_agent.host_collective) and move onto the switches when a pool comes.
+    window: int
     hosts: tuple[HostParams, ...]
     # K of the controller that wrote them, which is its switches' (PASSING_K, one number per
     # deployment). Optional in a file: files written before the field existed carry none.
@@ -154,7 +157,7 @@ class JobParams:
             raise ParamsError("session_key: not a hexadecimal string of whole bytes") from None
         _check_int("switch_udp_port", self.switch_udp_port, 1, 0xFFFF)
         _check_int("agent_udp_port", self.agent_udp_port, 1, 0xFFFF)
-        _check_int("window", self.window, 1, P.SLOT_CAPACITY)
+        _check_int("window", self.window, 0, P.SLOT_CAPACITY)
         if not isinstance(self.hosts, tuple) or not all(isinstance(h, HostParams)
                                                          for h in self.hosts):
             raise ParamsError("hosts: must be a tuple of HostParams")

@@ -118,7 +118,9 @@ def build(strategy: str, ranks: Ranks, params: JobParams, host: str,
     leader = ranks.host_ranks(ranks.host_index)[0]
 
     if strategy == "passing":
-        passing = PassingAllreduce(params, host, local, **stream_options)
+        # The leaders' group also sums while the job waits for switch slots (window 0).
+        passing = PassingAllreduce(params, host, local, hosts_group=leaders_group,
+                                   **stream_options)
         return passing.allreduce
 
     if strategy == "ina":

@@ -16,6 +16,7 @@ import select
 import signal
 import threading
 import time
+from datetime import timedelta
 
 import numpy as np
 
@@ -117,6 +118,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         import torch
         import torch.distributed as dist
 
+        from host_agent.leaders import leaders_group
         from host_agent.session import (
             RendezvousError,
             agree_by_tcp,
@@ -171,9 +173,14 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                 raise RendezvousError(failure or "the leader could not agree on a session")
             path = args["params_file"]
             source = (lambda: JobParams.load(path)) if path else params_from_env
+            # A job waiting for switch slots sums over its leaders' group meanwhile.
+            hosts_group = leaders_group(store, params, host, timedelta(
+                seconds=args["rendezvous_timeout"])) if rank == 0 and params.window == 0 \
+                else None
             passing = strategies.PassingAllreduce(params, host, session=session,
                                                   params_source=source, poll=args["pool_poll"],
-                                                  udp_segments=udp_segments, **stream)
+                                                  udp_segments=udp_segments,
+                                                  hosts_group=hosts_group, **stream)
             closers.append(passing.close)
             allreduce, stats = passing.allreduce, passing.streamer.stats if rank == 0 else None
             # The start line's addresses: the host's ranks' to their leader, the leaders'
@@ -271,7 +278,7 @@ def _pools(passing) -> dict:
     if stream is None:
         return {}
     return {"pool_moves": [list(m) for m in stream.vote.moves],
-            "window": stream.streamer.cfg.window}
+            "window": stream.streamer.cfg.window, "host_calls": stream.host_calls}
 
 
 def _link_bytes(ifname: str | None) -> tuple[int, int] | None:

@@ -106,7 +106,9 @@ class ControlPlane:
         ina_id = INA_JOB_OFFSET + job_id
         if ina_id in self.jobs:
             return self.jobs[ina_id]
-        return self.create_job(ina_id, list(rec.spec["hosts"]), rec.pools[0].size, mode="ina")
+        # (A job waiting for slots has none yet: the window it asked for.)
+        return self.create_job(ina_id, list(rec.spec["hosts"]),
+                               rec.pools[0].size or rec.spec["window"], mode="ina")
 
     def first_job(self) -> int:
         """The lowest job id made here, else in the controller's table."""

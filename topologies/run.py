@@ -67,7 +67,8 @@ def report_allreduce(res: dict[str, dict], cpu_busy: float | None = None) -> boo
               f"{r['mean_s'] * 1e3:.1f} ms, "
               f"{r['goodput_gbps']:.3f} Gbit/s, {'correct' if r['correct'] else 'WRONG'} vs "
               f"numpy (max error {r['max_error']:.1e}), {r['retransmissions']} retransmissions"
-              + (f", host link {r['link_busy']:.0%} busy" if "link_busy" in r else ""))
+              + (f", host link {r['link_busy']:.0%} busy" if "link_busy" in r else "")
+              + _host_collective_text(r))
     busy = [r["link_busy"] for r in res.values() if "link_busy" in r]
     if busy and max(busy) < CPU_BOUND_BELOW:
         rate = max(r["link_mbps"] for r in res.values() if "link_busy" in r)
@@ -79,6 +80,16 @@ def report_allreduce(res: dict[str, dict], cpu_busy: float | None = None) -> boo
               + (": the time may be the CPU's as well as the links' (the kernel carries every "
                  "frame through the shaped veths)" if cpu_busy >= SATURATED_FROM else ""))
     return ok
+
+
+def _host_collective_text(r: dict) -> str:
+    """How many calls a job waiting for switch slots summed among its hosts instead."""
+    calls = r.get("host_calls", 0)
+    if not calls:
+        return ""
+    moved = [m for m in r.get("pool_moves", []) if m[0] == calls]
+    return (f"; {calls} calls over the host collective (the job waited for switch slots"
+            + (f", then moved onto the switch with window {moved[0][2]})" if moved else ")"))
 
 
 def report_train(res: dict[str, dict]) -> bool:

@@ -39,7 +39,10 @@ class JobConfig:
             object.__setattr__(self, "quorum", self.fan_in)
         if not 1 <= self.quorum <= self.fan_in:
             raise ValueError(f"quorum {self.quorum} outside 1..{self.fan_in} (the fan-in)")
-        if self.pool_size < 1 or self.pool_base + self.pool_size > P.SLOT_CAPACITY:
+        # Size 0 (base 0): the pool of a job waiting for slots, which describes its other
+        # entries and is never written (installer.Desired.configs leaves it out).
+        if (self.pool_size < 1 or self.pool_base + self.pool_size > P.SLOT_CAPACITY) and (
+                self.pool_size, self.pool_base) != (0, 0):
             raise ValueError(f"pool {self.pool_base}+{self.pool_size} outside the switch's "
                              f"{P.SLOT_CAPACITY} slots")
         if not 0 <= self.stat_idx < P.MAX_JOBS:

@@ -118,12 +118,12 @@ def test_parameters_of_the_old_format_are_refused_with_how_to_regenerate(tmp_pat
 
 def test_parameters_with_a_bad_field_name_it(params_file, tmp_path):
     doc = json.loads(params_file.read_text())
-    doc["window"] = 0
+    doc["window"] = -1  # 0 is a job waiting for switch slots
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     p = agent("--params", str(bad), "--host", "h1")
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 2 and "window: 0 outside 1..4096" in err, err
+    assert p.returncode == 2 and "window: -1 outside 0..4096" in err, err
 
 
 def test_training_without_scikit_learn_says_what_to_install(params_file):

@@ -83,19 +83,28 @@ def test_every_created_job_is_on_exactly_its_switches(tmp_path) -> None:
     assert res["cli_create"]["n"] == 2 and res["switches_alive"]
 
 
-def test_a_refused_job_gets_the_reason_and_installs_nothing(tmp_path) -> None:
+def test_a_job_that_does_not_fit_waits_and_a_delete_moves_it_onto_its_switches(tmp_path
+                                                                              ) -> None:
     layout = FabricLayout(2, 8, 1, 1)
     topo = write_fabric(layout, tmp_path)
     jobs = place(topo, 8, seed=2, smallest=4, largest=8)
     res = run(layout, jobs, tmp_path, window=64, min_window=8, max_jobs=2, cli_samples=0)
 
-    assert res["refused"], "8 jobs on 2 ToRs with max_jobs 2 must refuse some"
-    assert res["create"]["n"] + len(res["refused"]) == 8
-    assert res["listed"] == res["create"]["n"]
-    for job_id, why in res["refused"].items():
-        assert str(job_id) not in res["jobs"]
-        assert "max_jobs 2" in why["why"], why
-    per_switch, _ = _expected_rows(topo, res["jobs"])
+    assert res["refused"] == {}, "no job is refused for want of switch memory"
+    assert res["waiting"], "8 jobs on 2 ToRs with max_jobs 2 must leave some waiting"
+    assert res["create"]["n"] == res["listed"] == 8
+    for job_id in res["waiting"]:
+        assert res["jobs"][str(job_id)]["window"] == "waiting (64)"
+    holding = {j: v for j, v in res["jobs"].items() if int(j) not in res["waiting"]}
+    pooled, _ = _expected_rows(topo, holding)
+    every, members = _expected_rows(topo, res["jobs"])
     for sw, entries in res["entries"].items():
-        assert entries["job_config"] == per_switch[sw] <= 2, sw
-    assert res["reconcile_errors"] == []
+        assert entries["job_config"] == pooled[sw] <= 2, sw  # pools: only the jobs holding some
+        assert entries["membership"] == members[sw], sw  # ... the rest: every job's
+        assert entries["result_guard"] == every[sw], sw
+    assert res["reconcile_repaired"] == 0 and res["reconcile_errors"] == []
+    # Deleting jobs beside each waiting one moved every waiting job onto its switches, each
+    # in the very delete that made room for it.
+    assert res["still_waiting"] == []
+    assert {m["job"] for m in res["moved"]} <= set(res["waiting"]) and res["moved"]
+    assert all(m["deletes"] >= 1 and m["window"] == 64 for m in res["moved"]), res["moved"]

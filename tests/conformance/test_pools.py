@@ -109,6 +109,35 @@ def test_a_pool_bit_without_an_entry_is_an_unknown_job(star):
     assert pool_contribs(sw.conn, 5, 0, 2) == [0, 0]
 
 
+def test_a_job_waiting_for_slots_admits_nothing_until_its_first_pool(star):
+    """A job waiting for slots (docs/protocol.md, "Jobs waiting for slots") has every entry but
+    job_config: a packet naming it, in either pool bit, is an unknown job's, touches no slot
+    and counts in no pool. Its first pool, under bit 1 and epoch 1 with a fresh generation,
+    then sums a round and answers every host."""
+    sw = star["s1"]
+    cfg = install_job(sw.conn, DEV, job_id=9, members={1: 0, 2: 1}, pool_size=4, gen=3,
+                      stat_idx=5)
+    adm = JobAdmissionTables(sw.conn)
+    sw.conn.write([adm.job_delete(9, 0)])  # waiting: no pool
+    before = sw.conn.read_counter("global_drops")[P.GlobalDrop.UNKNOWN_JOB][0]
+    for p in (1, 2):
+        for pool in (0, 1):
+            sw.test_ports[p].send(contribution(DEV, p, values(3, 1)[0], job_id=9, pool=pool))
+    silent(sw, [1, 2])
+    assert sw.conn.read_counter("global_drops")[P.GlobalDrop.UNKNOWN_JOB][0] == before + 4
+    assert pool_contribs(sw.conn, 5, 0, 2) == [0, 0]
+    assert pool_contribs(sw.conn, 5, 1, 2) == [0, 0]
+    first = dataclasses.replace(cfg, pool=1, epoch=1, pool_base=300, pool_size=4, gen=4)
+    sw.conn.write([adm.job_update(Update.INSERT, first)])
+    v = values(4, 2)
+    for i, p in enumerate((1, 2)):
+        sw.test_ports[p].send(contribution(DEV, p, v[i], job_id=9, pool=1))
+    for p, rec in results(sw, [1, 2]).items():
+        assert rec["flags"] == P.Flag.RESULT | P.Flag.POOL, p
+        assert np.array_equal(rec["values"], v.sum(axis=0)), p
+    assert pool_contribs(sw.conn, 5, 1, 2) == [1, 1]
+
+
 def test_a_packet_of_the_pool_two_resizes_back_is_dropped_as_stale(star):
     """Two resizes put the job's pool back under its first pool's bit, on the same slots. A
     delayed packet of the first pool (that bit, epoch 0, its own session) must not be admitted

@@ -186,8 +186,10 @@ def test_collision_with_a_live_job_on_the_same_switch(store, fields, message):
 
 
 @pytest.mark.parametrize("fields, problem", [
-    (dict(size=0), "slots 0--1 (0) must be a non-empty range within 0..4095"),
-    (dict(base=4090, size=7), "slots 4090-4096 (7) must be a non-empty range within 0..4095"),
+    (dict(base=8, size=0), "slots 8-7 (0) must be a non-empty range within 0..4095 (or none, "
+     "base 0, while the job waits)"),
+    (dict(base=4090, size=7), "slots 4090-4096 (7) must be a non-empty range within 0..4095 (or "
+     "none, base 0, while the job waits)"),
     (dict(gen=0), "gen 0 must be in 1..4294967295"),
     (dict(stat_idx=256), "stat_idx 256 must be in 0..255"),
     (dict(mcast_grp=1), "mcast_grp 1 must be in 2..65535 (group 1 is L2 flooding)"),

@@ -325,8 +325,10 @@ def main() -> int:
             passing = train(None, 6)
             middle = sent()
             ref = train(gloo, 6)
+            stream = dist.group.WORLD.passing.stream
             put("result", {"passing": passing, "gloo": ref, "packets": None if before is None
-                           else [middle - before, sent() - middle]})
+                           else [middle - before, sent() - middle],
+                           "host_calls": stream.host_calls if stream is not None else None})
         elif scenario == "straggler":
             put("result", straggler())
         elif scenario == "behind":

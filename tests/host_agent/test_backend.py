@@ -6,6 +6,7 @@ tests/integration/test_mininet.py."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.tables.job_admission import JobAdmissionTables
 from passing import protocol as P
-from testbed.loopback import UdpLoopbackSwitch
+from testbed.loopback import InProcessConnection, UdpLoopbackSwitch
 from tests import REPO
 from tests.ports import free_port
 
@@ -220,6 +222,26 @@ def test_ddp_on_passing_equals_ddp_on_gloo(launch, tmp_path):
         assert max(abs(a - b) for a, b in zip(ours, ref, strict=True)) < 1e-3, rank
         # every rank holds the same model, bit for bit
         assert ours == weights[0]["passing"]
+
+
+def test_ddp_trains_while_its_job_waits_for_switch_slots(launch, switch, tmp_path):
+    """A job created waiting for slots (window 0, no job_config on its switch): the backend
+    builds the leaders' group, DDP's buckets are summed by the host collective, nothing goes
+    to the switch, and the weights are gloo's on every rank."""
+    conn = InProcessConnection(switch.service)
+    conn.write([JobAdmissionTables(conn).job_delete(switch.entries.job.job_id, 0)])
+    waiting = dataclasses.replace(switch.agent_params(LOCAL), window=0)
+    run = launch("ddp", params=waiting.to_dict())
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    weights = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
+    assert all(weights), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    for rank in (0, 2):
+        assert weights[rank]["packets"] == [0, 0], weights[rank]["packets"]
+        assert weights[rank]["host_calls"] >= 6, weights[rank]
+    for rank, w in enumerate(weights):
+        assert max(abs(a - b) for a, b in zip(w["passing"], w["gloo"], strict=True)) < 1e-3
+        assert w["passing"] == weights[0]["passing"], rank  # one model, bit for bit
+    assert switch.delivered == 0
 
 
 def test_what_gloo_users_rely_on(launch, tmp_path):

@@ -195,9 +195,12 @@ def polling_allreduce(rank: int, port: int, first: JobParams, path: str, **optio
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD)
     groups = [dist.new_group(list(range(h * LOCAL, (h + 1) * LOCAL))) for h in range(HOSTS)]
+    # The hosts' leaders: where they sum while the job waits for switch slots (window 0).
+    leaders = dist.new_group([h * LOCAL for h in range(HOSTS)])
     host = rank // LOCAL
     return PassingAllreduce(first, f"h{host + 1}", groups[host], rto=0.05,
-                            params_source=lambda: JobParams.load(path), poll=0.05, **options)
+                            params_source=lambda: JobParams.load(path), poll=0.05,
+                            hosts_group=leaders, **options)
 
 
 def worker(rank: int, port: int, first: JobParams, path: str, until: int,
@@ -231,7 +234,8 @@ def worker(rank: int, port: int, first: JobParams, path: str, until: int,
         if passing.stream is not None:
             cfg = passing.streamer.cfg
             report.update(moves=passing.stream.vote.moves, window=cfg.window, pool=cfg.pool,
-                          results=stats.results, same_stats=stats is passing.streamer.stats)
+                          results=stats.results, same_stats=stats is passing.streamer.stats,
+                          host_calls=passing.stream.host_calls)
         passing.close()
         dist.destroy_process_group()
         out.put(report)
@@ -317,6 +321,43 @@ def test_hosts_move_to_a_resized_pool_and_back_while_summing(tmp_path):
     assert all((x["window"], x["pool"]) == (12, 2) for x in leaders)
     # Counters go on across pools: each call brings at least its 4 fragments' results.
     assert all(x["same_stats"] and x["results"] >= 4 * x["calls"] for x in leaders), leaders
+
+
+def test_a_job_waiting_for_slots_sums_over_its_hosts_then_moves_onto_the_switch(tmp_path):
+    """A job created while its switch had no room (window 0, no job_config entry): its hosts
+    sum with the host collective over their leaders' group, every call exact; the controller
+    then installs its first pool (epoch 1) and rewrites the parameters, and every host moves
+    onto the switch after the same call, every call still exact."""
+    sw = UdpLoopbackSwitch(HOSTS, agent_udp_port=free_port(socket.SOCK_DGRAM), slots=8)
+    conn = InProcessConnection(sw.service)
+    adm = JobAdmissionTables(conn)
+    job = sw.entries.job
+    conn.write([adm.job_delete(job.job_id, 0)])  # the switch holds no pool for the job
+    first = dataclasses.replace(sw.agent_params(), window=0)
+    path = tmp_path / "job.json"
+    path.write_text(first.to_json())
+
+    def place() -> None:
+        time.sleep(1.5)  # calls over the host collective meanwhile
+        assert pool_contribs(sw, 0) == [0, 0]  # nothing reached the switch
+        one = dataclasses.replace(job, pool=1, epoch=1, pool_base=100, pool_size=4, gen=2)
+        conn.write([adm.job_update(Update.INSERT, one)])
+        path.write_text(json.dumps(dataclasses.replace(first, window=4, pool=1).to_dict()))
+        deadline = time.monotonic() + 60
+        while min(pool_contribs(sw, 1)) == 0:
+            assert time.monotonic() < deadline, "the hosts never used the switch"
+            time.sleep(0.05)
+
+    results = ranks_beside(place, sw, worker, lambda r, port: (r, port, first, str(path), 1),
+                           join=70)
+    leaders = [results[h * LOCAL] for h in range(HOSTS)]
+    assert leaders[0]["moves"] == leaders[1]["moves"], "the hosts moved after different calls"
+    [(call, pool, window)] = leaders[0]["moves"]
+    assert (pool, window) == (1, 4) and all(x["host_calls"] == call for x in leaders), leaders
+    assert call >= 5, leaders  # summed without the switch for a while first
+    assert all((x["window"], x["pool"]) == (4, 1) for x in leaders)
+    # After the move every call went through the switch: results for each of its fragments.
+    assert all(x["results"] >= 4 * (x["calls"] - call) for x in leaders), leaders
 
 
 # -- a live policy change: real processes, a straggler -----------------------------------------

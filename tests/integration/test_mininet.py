@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.job_plan import JobSpec
 from controller.topology import load
 from passing import protocol as P
 from tests import REPO
@@ -591,6 +592,23 @@ def test_a_host_killed_mid_training_fails_every_other_rank(network):
     assert time.monotonic() - start < 200
 
 
+def _moved_together(pnet, path: Path, runner: threading.Thread, out: dict) -> list:
+    """After a live change of job 1's pool: its parameters file rewritten (as `passing-ctl
+    job resize --params-out` does), the run `runner` finished, every call of every host
+    correct; the pool moves ([call, pool, window] each), after checking every host made them
+    after the same calls."""
+    fresh = path.with_suffix(".new")
+    fresh.write_text(pnet.ctl.agent_params(1).to_json() + "\n")
+    fresh.replace(path)  # whole, never half written
+    runner.join(600)
+    assert not runner.is_alive()
+    assert set(out) == {"h1", "h2", "h3", "h4"}
+    assert all(r.get("ok") and r["correct"] for r in out.values()), out
+    moves = {json.dumps(r["pool_moves"]) for r in out.values()}
+    assert len(moves) == 1, f"the hosts moved after different calls: {moves}"
+    return out["h1"]["pool_moves"]
+
+
 def test_passing_agent_follows_a_resize_written_to_its_params_file(network, monkeypatch):
     """passing-agent's leaders re-read their --params file (every PASSING_POOL_POLL seconds):
     rewritten mid-run after a resize (as `passing-ctl job resize --params-out` does), every
@@ -607,19 +625,42 @@ def test_passing_agent_follows_a_resize_written_to_its_params_file(network, monk
         assert runner.is_alive() and time.monotonic() - start < 200, out
         time.sleep(0.2)
     pnet.ctl.resize_job(1, 4)
-    fresh = path.with_suffix(".new")
-    fresh.write_text(pnet.ctl.agent_params(1).to_json() + "\n")
-    fresh.replace(path)  # whole, never half written
-    runner.join(600)
-    assert not runner.is_alive()
-    assert set(out) == {"h1", "h2", "h3", "h4"}
-    assert all(r.get("ok") and r["correct"] for r in out.values()), out
-    moves = {json.dumps(r["pool_moves"]) for r in out.values()}
-    assert len(moves) == 1, f"the hosts moved after different calls: {moves}"
-    assert [m[1:] for m in out["h1"]["pool_moves"]] == [[1, 4]]
+    moves = _moved_together(pnet, path, runner, out)
+    assert [m[1:] for m in moves] == [[1, 4]]
     assert all(r["window"] == 4 for r in out.values())
     move = pnet.ctl.retire_pools(1)
     assert not move.pending and sorted(move.moved) == ["h1", "h2", "h3", "h4"], move
+
+
+def test_a_job_waiting_for_slots_sums_on_its_hosts_then_moves_onto_the_switch(network,
+                                                                              monkeypatch):
+    """No job refused for want of switch memory: with s1's slots all held by other jobs, job 1
+    is created waiting (window 0); its agents sum every call over their leaders (the host
+    collective), exactly; deleting one of the other jobs gives job 1 a pool in the same call,
+    and the agents, re-reading their parameters file, move onto the switch after the same
+    call, every call before and after exact."""
+    monkeypatch.setenv("PASSING_POOL_POLL", "0.2")  # the agents inherit it
+    pnet = network("star")
+    for filler in range(10, 18):  # s1's 4,096 slots: eight equal shares of 512
+        pnet.ctl.create_job(JobSpec(filler, ("h4",), window=512))
+    path = pnet.create_job(1, window=16)
+    assert pnet.ctl.job(1).waiting and pnet.ctl.agent_params(1).window == 0
+    out = {}
+    runner = threading.Thread(target=lambda: out.update(pnet.allreduce("4K", iters=150)))
+    sent = pnet.host_link_bytes("h2")[0]
+    start = time.monotonic()
+    runner.start()
+    # About 40 calls over the hosts' links (gloo's ring moves ~24 KB of a 16 KB call a host).
+    while pnet.host_link_bytes("h2")[0] - sent < 1_000_000:
+        assert runner.is_alive() and time.monotonic() - start < 200, out
+        time.sleep(0.2)
+    assert pnet.ctl.stats(1)["s1"]["job_contributions"] == 0  # nothing through the switch
+    pnet.ctl.delete_job(10)
+    assert [r.job_id for r in pnet.ctl.placed] == [1]
+    [[call, pool, window]] = _moved_together(pnet, path, runner, out)
+    assert (pool, window) == (1, 16) and 10 < call < 151
+    assert all(r["host_calls"] == call and r["window"] == 16 for r in out.values()), out
+    assert pnet.ctl.stats(1)["s1"]["job_results"] > 0
 
 
 def _train_changing(pnet, switch: str, change, *extra: str) -> list[dict]:

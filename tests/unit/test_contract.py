@@ -101,8 +101,8 @@ BAD_FIELDS = [
     ("patience", [0.1], r"patience '\[0.1\]'|patience \[0.1\]"),
     ("staleness", -1, "staleness: -1 outside"),
     ("staleness", True, "staleness: True is not an integer"),
-    ("window", 0, "window: 0 outside 1..4096"),
-    ("window", 5000, "window: 5000 outside 1..4096"),
+    ("window", -1, "window: -1 outside 0..4096"),  # 0: the job waits for switch slots
+    ("window", 5000, "window: 5000 outside 0..4096"),
     ("hosts", (), "hosts: a job has at least one host"),
     ("hosts", [host("h1", 0)], "hosts: must be a tuple of HostParams"),
     ("hosts", (host("h1", 0), host("h1", 1)), "hosts: listed twice: h1"),
