@@ -187,8 +187,8 @@ def report(res: dict) -> str:
              f"prepare: {res['prepare_s']:.2f} s",
              f"job create: {c['n']} of {res['jobs_asked']} created, median "
              f"{c.get('median_s', 0):.3f} s, slowest {c.get('max_s', 0):.3f} s, all "
-             f"{c.get('total_s', 0):.1f} s; {len(res['refused'])} refused, "
-             f"{len(res.get('waiting', []))} of them waiting for slots",
+             f"{c.get('total_s', 0):.1f} s, {len(res.get('waiting', []))} of them waiting "
+             f"for slots; {len(res['refused'])} refused",
              f"job list ({res['listed']} jobs): {res['list_s']:.3f} s",
              f"reconcile by a fresh controller: {res['reconcile_s']:.2f} s, "
              f"{res['reconcile_repaired']} repaired, {len(res['reconcile_errors'])} errors",
