@@ -39,6 +39,7 @@ from torch.distributed import PrefixStore
 from host_agent.allreduce import PassingAllreduce
 from host_agent.job_source import params_from_env, pool_poll, this_host
 from host_agent.leaders import leaders_group
+from host_agent.overlap import CallQueue, done, overlap_enabled
 from host_agent.pool_move import Policy
 from host_agent.session import _to_signed, new_session
 from host_agent.stream_api import StreamConfig
@@ -183,10 +184,15 @@ def _group_of(store: dist.Store, rank: int, size: int, timeout: timedelta) -> di
     return pg
 
 
-def _done(tensors: list[torch.Tensor]) -> dist.Work:
-    fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
-    fut.set_result(tensors)
-    return torch._C._distributed_c10d._create_work_from_future(fut)
+def _cuda_ready(tensors: list[torch.Tensor]) -> torch.cuda.Event | None:
+    """For CUDA tensors, an event on the caller's current stream: the background thread waits
+    for it, so that it sums what the kernels queued before the call (a gradient bucket's
+    backward) have written."""
+    if not any(t.device.type == "cuda" for t in tensors):
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 class PassingProcessGroup(dist.ProcessGroup):
@@ -206,6 +212,8 @@ class PassingProcessGroup(dist.ProcessGroup):
         self._set_default_backend(_BackendType.GLOO)
         self.passing = passing
         self.local: dist.ProcessGroup | None = None  # the in-host group, when this group made it
+        # The switch's all-reduces, in the background (host_agent.overlap).
+        self.calls = CallQueue(f"passing-allreduce-r{rank}", background=overlap_enabled())
         self._destroyed = False
 
     def getBackendName(self) -> str:
@@ -219,6 +227,7 @@ class PassingProcessGroup(dist.ProcessGroup):
         active exception") if it releases a tensor then. The leader's UDP port is released
         too."""
         self._destroyed = self.passing is not None
+        self.calls.close()  # the calls made before run first
         if self.passing is not None:
             self.passing.close()
             self.passing = None  # it holds the in-host group too
@@ -247,9 +256,7 @@ class PassingProcessGroup(dist.ProcessGroup):
         op = opts.reduceOp
         avg = op == dist.ReduceOp.AVG
         if self._summed_by_switch(tensors, op):
-            for t in tensors:
-                self.passing.allreduce(t, divide_by=self.size() if avg else 1)
-            return _done(tensors)
+            return self._through_switch(tensors, self.size() if avg else 1)
         if not avg:
             return self._delegate(tensors).allreduce(tensors, opts)
         # gloo has no AVG; this backend offers it for every dtype: sum, then divide (outside
@@ -264,16 +271,31 @@ class PassingProcessGroup(dist.ProcessGroup):
                     t.div_(self.size())
                 else:
                     t.copy_(torch.div(t, self.size(), rounding_mode="trunc"))
-        return _done(tensors)
+        return done(tensors)
+
+    def _through_switch(self, tensors: list[torch.Tensor], divide_by: int) -> dist.Work:
+        """Each tensor summed through the switch, in the background after the calls before
+        (host_agent.overlap); the Work completes when all are."""
+        passing, ready = self.passing, _cuda_ready(tensors)
+
+        def call() -> None:
+            if ready is not None:
+                ready.synchronize()
+            for t in tensors:
+                passing.allreduce(t, divide_by=divide_by)
+        return self.calls.submit(call, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
         one = dist.AllreduceOptions()
         one.reduceOp = opts.reduceOp
-        if self._summed_by_switch(tensors, opts.reduceOp) or opts.reduceOp == dist.ReduceOp.AVG:
+        if self._summed_by_switch(tensors, opts.reduceOp):
+            avg = opts.reduceOp == dist.ReduceOp.AVG
+            return self._through_switch(list(tensors), self.size() if avg else 1)
+        if opts.reduceOp == dist.ReduceOp.AVG:
             for t in tensors:
                 self.allreduce([t], one).wait()
-            return _done(tensors)
+            return done(tensors)
         return self._delegate(tensors).allreduce_coalesced(tensors, opts)
 
     # The collectives below are handed to the device's backend here, in Python, rather than
@@ -305,6 +327,7 @@ class PassingProcessGroup(dist.ProcessGroup):
         # On the device barrier() chose (NCCL's barrier is an all-reduce on a GPU), as c10d's
         # own dispatch does; on gloo where none was chosen.
         kind = opts.device.type if opts.device is not None else "cpu"
+        self.calls.drain()  # as gloo's barrier, after this rank's earlier collectives
         return self._delegates.get(kind, self._delegates["cpu"]).barrier(opts)
 
     def send(self, tensors, dst_rank, tag):
@@ -318,13 +341,13 @@ class PassingProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else AllgatherOptions()
         for out, inp in zip(outputs, inputs, strict=False):
             self._delegate([inp])._allgather_base(out, inp, opts).wait()
-        return _done(outputs)
+        return done(outputs)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         for out, inp in zip(outputs, inputs, strict=False):
             self._delegate([inp])._reduce_scatter_base(out, inp, opts).wait()
-        return _done(outputs)
+        return done(outputs)
 
     def _delegate(self, tensors: list[torch.Tensor]):
         kind = tensors[0].device.type if tensors else "cpu"
@@ -352,6 +375,7 @@ def calls_behind(numel: int, device: torch.device | str = "cpu") -> int:
     passing = getattr(pg, "passing", None) if isinstance(pg, PassingProcessGroup) else None
     if passing is None:
         return 0
+    pg.calls.drain()  # a collective of the in-host group: after the calls in flight
     return passing.calls_behind(numel, device)
 
 
@@ -425,6 +449,7 @@ def _report(env: Mapping[str, str], timeout: timedelta) -> tuple[dict, tuple]:
         params = params_from_env(env)
         options = stream_options(timeout, env, params)
         pool_poll(env)
+        overlap_enabled(env)
         host = this_host(params, env)
         if params.mode != "passing":
             raise PassingInitError(f"job {params.job_id} is an {params.mode} job; the passing "

@@ -15,6 +15,8 @@ the same inputs, or the error it met. SCENARIO picks what to run:
   behind       node 1 is three calls behind node 0 (a quorum); it takes them without computing
   straggler    node 1 starts each of 3 all-reduces (AVG) 1 s late; with a quorum and
                PASSING_PATIENCE the others do not wait for it (but for every other call)
+  overlap      four async all-reduces in a row: each returns before its sum is done, the
+               futures complete in call order, every sum is right; then DDP with overlap
 Every scenario that ends with destroy_process_group then writes the gloo threads still running
 (a gloo thread that outlives the interpreter can abort a finished run). Where DDP ran, one
 group's remain: torch.distributed.nn, which DDP imports, keeps the world group of its import
@@ -298,6 +300,33 @@ def behind() -> dict:
     return {"behind": count, "after": calls_behind(2000), "results": results}
 
 
+def overlap() -> dict:
+    """Async all-reduces return at once and complete in order, each sum exact; the world
+    group's calls all ran when a barrier returns."""
+    world = dist.get_world_size()
+    tensors = [torch.full((200_000,), float(RANK + 1) * (c + 1)) for c in range(4)]
+    order: list[int] = []
+    works, pending_at_return = [], []
+    t0 = time.perf_counter()
+    for c, t in enumerate(tensors):
+        work = dist.all_reduce(t, async_op=True)
+        pending_at_return.append(not work.is_completed())
+        work.get_future().then(lambda _, c=c: order.append(c))
+        works.append(work)
+    returned = time.perf_counter() - t0
+    for w in works:
+        w.wait()
+    waited = time.perf_counter() - t0
+    total = world * (world + 1) / 2
+    right = [sorted(set(t.tolist())) == [total * (c + 1)] for c, t in enumerate(tensors)]
+    late = torch.full((1000,), float(RANK))
+    work = dist.all_reduce(late, async_op=True)
+    dist.barrier()
+    return {"pending_at_return": pending_at_return, "order": order, "right": right,
+            "returned_s": returned, "waited_s": waited,
+            "done_by_barrier": work.is_completed()}
+
+
 def main() -> int:
     scenario = os.environ["SCENARIO"]
     if scenario == "train_straggler":  # the benchmark's own script, which inits the group
@@ -331,6 +360,8 @@ def main() -> int:
                            "host_calls": stream.host_calls if stream is not None else None})
         elif scenario == "straggler":
             put("result", straggler())
+        elif scenario == "overlap":
+            put("result", overlap())
         elif scenario == "behind":
             put("result", behind())
         elif scenario == "slow":

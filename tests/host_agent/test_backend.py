@@ -244,6 +244,33 @@ def test_ddp_trains_while_its_job_waits_for_switch_slots(launch, switch, tmp_pat
     assert switch.delivered == 0
 
 
+def test_async_all_reduces_run_in_the_background_and_complete_in_order(launch, tmp_path):
+    run = launch("overlap")
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    results = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
+    assert all(results), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    for rank, res in enumerate(results):
+        assert res["right"] == [True] * 4, (rank, res)
+        assert res["order"] == [0, 1, 2, 3], (rank, res)
+        # Each call returned before its sum was done (800 KB through the switch takes tens of
+        # milliseconds); all four returned well before the last completed.
+        assert all(res["pending_at_return"]), (rank, res)
+        assert res["returned_s"] < res["waited_s"] / 2, (rank, res)
+        assert res["done_by_barrier"], rank
+
+
+def test_ddp_without_overlap_gives_the_same_weights(launch, tmp_path):
+    """PASSING_OVERLAP=0 (every sum in the caller's thread) trains the same model as the
+    default, in the background: compared through gloo's, which both must equal."""
+    run = launch("ddp", env={"PASSING_OVERLAP": "0"})
+    assert run.wait(240) == [0, 0], logs(tmp_path)
+    weights = [run.read(r, "result") for r in range(HOSTS * LOCAL)]
+    assert all(weights), [run.read(r, "error") for r in range(HOSTS * LOCAL)]
+    for w in weights:
+        assert max(abs(a - b) for a, b in zip(w["passing"], w["gloo"], strict=True)) < 1e-3
+        assert w["passing"] == weights[0]["passing"]
+
+
 def test_what_gloo_users_rely_on(launch, tmp_path):
     run = launch("semantics")
     assert run.wait(240) == [0, 0], logs(tmp_path)
@@ -354,7 +381,7 @@ def test_a_late_rank_is_waited_for_as_gloo_waits(launch, tmp_path):
 
 
 def test_a_killed_node_gives_the_others_an_error_not_a_hang(launch, tmp_path):
-    run = launch("die")
+    run = launch("die", env={"PYTHONFAULTHANDLER": "1"})
     deadline = time.monotonic() + 120
     while not (run.read(2, "training") and run.read(0, "training")):
         assert time.monotonic() < deadline, logs(tmp_path)
