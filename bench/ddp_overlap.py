@@ -30,6 +30,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="gloo")
     ap.add_argument("--json", action="store_true", help="(always JSON; accepted for train)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="(what make run-topology's train passes; the length is --steps)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--width", type=int, default=1024,

@@ -165,10 +165,12 @@ class PassingCLI(CLI):
 
     def do_train(self, line: str) -> None:
         """train [--job ID] [--backend passing|gloo] [--epochs N] [--nproc-per-node G]
-        [--hosts H1,H2] [--timeout S] [--script PATH] [-- SCRIPT ARGS...]: torchrun on every
-        host of the job (default: the first job; --hosts: those instead) running a DDP
-        training script (default examples/train_ddp.py); one line per rank (ok when it exited
-        0: its report, or its last output line; else its exit code and error) and a verdict."""
+        [--hosts H1,H2] [--timeout S] [--script PATH] [--env NAME=VALUE ...] [-- SCRIPT
+        ARGS...]: torchrun on every host of the job (default: the first job; --hosts: those
+        instead) running a DDP training script (default examples/train_ddp.py), with NAME set
+        to VALUE in its ranks' environment (e.g. PASSING_OVERLAP=0); one line per rank (ok
+        when it exited 0: its report, or its last output line; else its exit code and error)
+        and a verdict."""
         words = shlex.split(line)
         extra = words[words.index("--") + 1:] if "--" in words else []
         words = words[:words.index("--")] if "--" in words else words
@@ -180,19 +182,26 @@ class PassingCLI(CLI):
         ap.add_argument("--hosts", default=None)
         ap.add_argument("--timeout", type=float, default=300.0)
         ap.add_argument("--script", default=None)
+        ap.add_argument("--env", action="append", default=[])
+        usage = ("usage: train [--job ID] [--backend passing|gloo] [--epochs N] "
+                 "[--nproc-per-node G] [--hosts H1,H2] [--timeout S] [--script PATH] "
+                 "[--env NAME=VALUE ...] [-- SCRIPT ARGS...]")
         try:
             args = ap.parse_args(words)
         except SystemExit:
-            print("usage: train [--job ID] [--backend passing|gloo] [--epochs N] "
-                  "[--nproc-per-node G] [--hosts H1,H2] [--timeout S] [--script PATH] "
-                  "[-- SCRIPT ARGS...]")
+            print(usage)
+            return
+        bad = [e for e in args.env if "=" not in e or not e.split("=", 1)[0]]
+        if bad:
+            print(f"train: --env {bad[0]!r}: NAME=VALUE\n{usage}")
             return
         try:
             res = self.pnet.train(args.job, backend=args.backend,
                                   nproc_per_node=args.nproc_per_node, script=args.script,
                                   args=("--epochs", str(args.epochs), *extra),
                                   timeout=args.timeout,
-                                  hosts=args.hosts.split(",") if args.hosts else None)
+                                  hosts=args.hosts.split(",") if args.hosts else None,
+                                  env=dict(e.split("=", 1) for e in args.env))
         except (ValueError, FileNotFoundError, RuntimeError) as e:
             print(f"train: {e}")
             return
