@@ -35,7 +35,7 @@ from pathlib import Path
 from bench.progress import Progress
 from bench.results import time_to
 from controller.topology import load
-from host_agent.backend import PassingInitError, stream_options
+from host_agent.backend_checks import PassingInitError, stream_options
 from passing.pipeline_files import CHECKOUT, topology_file
 from topologies.network import PassingNetwork
 

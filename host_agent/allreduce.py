@@ -30,7 +30,8 @@ from host_agent import local_stage
 from host_agent.fixed_point import NonFiniteError
 from host_agent.host_collective import HostsSum
 from host_agent.local_channel import ChannelBroken
-from host_agent.pool_move import Policy, PooledStreamer
+from host_agent.pool_move import Policy
+from host_agent.pooled_stream import PooledStreamer
 from host_agent.session import agree_in_group
 from host_agent.stream import SlotStreamer
 from host_agent.stream_api import SessionBroken, StreamConfig, SwitchTimeout, Transport

@@ -47,6 +47,17 @@ def done(tensors: list[torch.Tensor]) -> dist.Work:
     return work_of(fut)
 
 
+def cuda_ready(tensors: list[torch.Tensor]) -> torch.cuda.Event | None:
+    """For CUDA tensors, an event on the caller's current stream: the background thread waits
+    for it, so that it sums what the kernels queued before the call (a gradient bucket's
+    backward) have written."""
+    if not any(t.device.type == "cuda" for t in tensors):
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
 class BackgroundWork(dist.Work):
     """A call the CallQueue runs: `wait()` returns once it has run and raises its own error
     (an AllreduceError stays one); `get_future()`, what DDP reads, completes with the tensors,

@@ -13,7 +13,7 @@ import numpy as np
 from controller.counters import StatsCounters
 from controller.switch import Update
 from controller.tables.job_admission import JobAdmissionTables
-from host_agent.pool_move import PooledStreamer
+from host_agent.pooled_stream import PooledStreamer
 from host_agent.stream import StreamConfig
 from passing import protocol as P
 from passing.contract import HostParams, JobParams

@@ -369,7 +369,7 @@ def policy_worker(rank: int, port: int, first: JobParams, path: str, out: mp.Que
         import torch
         import torch.distributed as dist
 
-        from host_agent.backend import live_policy
+        from host_agent.backend_checks import live_policy
 
         passing = polling_allreduce(rank, port, first, path, policy=live_policy({}))
         host = rank // LOCAL

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from host_agent.backend import (
+from host_agent.backend_checks import (
     PassingInitError,
     _check_layout,
     live_policy,
