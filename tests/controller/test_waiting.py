@@ -77,6 +77,21 @@ def test_waiting_jobs_are_placed_oldest_first_and_a_large_one_holds_back_no_smal
     assert [r.job_id for r in ctl.waiting_jobs()] == [6]
 
 
+def test_a_waiting_job_deleted_leaves_nothing_and_is_never_placed(make_control):
+    ctl, fabric = make_control("leafspine", max_jobs=1)
+    ctl.create_job(JobSpec(1, ("h1",), window=8))
+    assert ctl.create_job(JobSpec(2, HOSTS, window=8)).waiting
+    rec = ctl.delete_job(2)
+    assert rec.waiting and ctl.placed == []
+    for s in ("tor1", "tor2", "spine"):
+        snap = SwitchSnapshot.read(fabric[s].conn)
+        assert not any(j == 2 for j, _ in snap.members) and not any(
+            j == 2 for j, _, _ in snap.peers), s
+    clean(ctl)
+    ctl.delete_job(1)
+    assert ctl.placed == [] and ctl.waiting_jobs() == []
+
+
 @pytest.mark.parametrize("spec, message", [
     (JobSpec(2, ("h2",), window=5000), "cannot wait for slots either: no switch ever gives "
      "a job more than the equal share of 4096 slots"),
