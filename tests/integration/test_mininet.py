@@ -647,11 +647,16 @@ def test_a_job_waiting_for_slots_sums_on_its_hosts_then_moves_onto_the_switch(ne
     assert pnet.ctl.job(1).waiting and pnet.ctl.agent_params(1).window == 0
     out = {}
     runner = threading.Thread(target=lambda: out.update(pnet.allreduce("4K", iters=150)))
-    sent = pnet.host_link_bytes("h2")[0]
+    # What h2 sends, read at the switch's end of its link, in this namespace: a Mininet host's
+    # shell takes one command at a time, and the runner's thread uses h2's.
+    link = pnet.net.get("h2").defaultIntf().link
+    port = link.intf2 if link.intf1.node.name == "h2" else link.intf1
+    received = Path(f"/sys/class/net/{port.name}/statistics/rx_bytes")
+    sent = int(received.read_text())
     start = time.monotonic()
     runner.start()
     # About 40 calls over the hosts' links (gloo's ring moves ~24 KB of a 16 KB call a host).
-    while pnet.host_link_bytes("h2")[0] - sent < 1_000_000:
+    while int(received.read_text()) - sent < 1_000_000:
         assert runner.is_alive() and time.monotonic() - start < 200, out
         time.sleep(0.2)
     assert pnet.ctl.stats(1)["s1"]["job_contributions"] == 0  # nothing through the switch
