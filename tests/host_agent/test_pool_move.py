@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,6 +223,8 @@ def worker(rank: int, port: int, first: JobParams, path: str, until: int,
             if not torch.equal(t, expected):
                 wrong.append(calls)
             calls += 1
+            if rank == 0:  # how far the run is, for the test's controller thread
+                Path(f"{path}.calls").write_text(str(calls))
             moved = len(passing.stream.vote.moves) if passing.stream is not None else 0
             # Every rank stops at the same call: the leaders know when they moved.
             flag[0] = moved
@@ -338,7 +341,11 @@ def test_a_job_waiting_for_slots_sums_over_its_hosts_then_moves_onto_the_switch(
     path.write_text(first.to_json())
 
     def place() -> None:
-        time.sleep(1.5)  # calls over the host collective meanwhile
+        progress = Path(f"{path}.calls")
+        deadline = time.monotonic() + 120
+        while not progress.exists() or int(progress.read_text() or 0) < 5:
+            assert time.monotonic() < deadline, "the hosts never summed 5 calls"
+            time.sleep(0.05)  # calls over the host collective meanwhile
         assert pool_contribs(sw, 0) == [0, 0]  # nothing reached the switch
         one = dataclasses.replace(job, pool=1, epoch=1, pool_base=100, pool_size=4, gen=2)
         conn.write([adm.job_update(Update.INSERT, one)])
