@@ -121,7 +121,7 @@ class Controller:
         range of agent ports from 61000; the stored spec holds the port it got. A `passing`
         job that does not fit now is created waiting for slots (JobRecord.waiting), unless
         spec.fallback is False; jobs that waited before it are placed first."""
-        self.placed = self._waiting.place()
+        self.place_waiting()
         return self._lifecycle.create_job(spec)
 
     def set_quorum(self, job_id: int, quorum: tuple[int, ...]) -> JobRecord:
@@ -147,12 +147,12 @@ class Controller:
         """Remove the job's entries, a retiring pool's included, and free all its slots;
         waiting jobs that fit then are given pools (`placed`)."""
         rec = self._lifecycle.delete_job(job_id)
-        self.placed = self._waiting.place()
+        self.place_waiting()
         return rec
 
     def place_waiting(self) -> list[JobRecord]:
         """Give pools to the jobs waiting for slots that fit now, oldest first (WaitingJobs);
-        the jobs placed. Every call below that may free slots does it too."""
+        the jobs placed, also kept in `placed`. Every call here that may free slots does it."""
         self.placed = self._waiting.place()
         return self.placed
 
@@ -170,7 +170,7 @@ class Controller:
         least `min_window` when short), beside its current one, which retires once every host
         uses the new one (controller.resize, docs/controller.md "Live pool resizing")."""
         rec = self._resizer.resize_job(job_id, window, min_window)
-        self.placed = self._waiting.place()
+        self.place_waiting()
         return rec
 
     def retire_pools(self, job_id: int) -> PoolMove:
@@ -178,7 +178,7 @@ class Controller:
         have and which have not (controller.retire). Waiting jobs that fit then (the job
         itself among them) are given pools (`placed`)."""
         move = self._retirement.retire_pools(job_id)
-        self.placed = self._waiting.place()
+        self.place_waiting()
         return move
 
     # -- observation ----------------------------------------------------------------------------
@@ -196,5 +196,5 @@ class Controller:
         """Compare every switch with the job table. With fix, re-install what is missing or
         wrong. Stray entries (no known job) are reported, never removed."""
         report = self._reconciler.reconcile(fix)
-        self.placed = self._waiting.place() if fix else []
+        self.placed = self.place_waiting() if fix else []
         return report

@@ -9,7 +9,7 @@ import time
 
 from controller import installer
 from controller.agent_ports import AgentPorts, port_span
-from controller.allocator import AllocationError, SlotAllocator, SlotRange, common_window
+from controller.allocator import AllocationError, SlotRange, common_window
 from controller.connections import SwitchConnections
 from controller.counters import StatsCounters
 from controller.errors import ControllerError, StoreError, SwitchFailure
@@ -20,15 +20,6 @@ from controller.recorded_jobs import RecordedJobs
 from controller.records import JobRecord, PoolRecord
 from controller.retire import PoolRetirement
 from controller.switch import SwitchError
-
-
-def may_wait(spec: JobSpec, allocs: dict[str, SlotAllocator]) -> bool:
-    """Whether a job that does not fit now waits for slots rather than being refused: a
-    `passing` job (its hosts can sum without the switch) that may wait, whose request an
-    empty switch would grant (a window beyond the equal share, with no minimum within it, is
-    refused: it would never fit)."""
-    share = min(a.fair_share() for a in allocs.values())
-    return spec.mode == "passing" and spec.fallback and (spec.min_window or spec.window) <= share
 
 
 class JobLifecycle:
@@ -70,12 +61,15 @@ class JobLifecycle:
             window = common_window(spec.job_id, spec.window, spec.min_window, allocs)
             ranges = {s: allocs[s].allocate(spec.job_id, window) for s in job_plan.switches}
         except AllocationError as e:
-            if not may_wait(spec, allocs):
-                share = min(a.fair_share() for a in allocs.values())
-                never = (f"; it cannot wait for slots either: no switch ever gives a job more "
-                         f"than the equal share of {share} slots"
-                         if spec.mode == "passing" and spec.fallback else "")
-                raise ControllerError(f"{e}{never}") from None
+            # A `passing` job (its hosts can sum without the switch) may wait for slots, if
+            # an empty switch would grant its request: one beyond the equal share never fits.
+            share = min(a.fair_share() for a in allocs.values())
+            if spec.mode != "passing" or not spec.fallback:
+                raise ControllerError(str(e)) from None
+            if (spec.min_window or spec.window) > share:
+                raise ControllerError(f"{e}; it cannot wait for slots either: no switch ever "
+                                      f"gives a job more than the equal share of {share} "
+                                      "slots") from None
             # It waits for slots (controller.waiting): every entry but its pools.
             ranges = {s: SlotRange(0, 0) for s in job_plan.switches}
         pools = []

@@ -1,6 +1,7 @@
 """The `passing` backend's all-reduces in the background: `all_reduce(..., async_op=True)`, and
 DDP's gradient buckets, return at once, and the sum runs on a thread of the process's own,
-so that backward computes the next layers while a bucket streams (docs/pytorch.md, "Overlap").
+so that backward computes the next layers while a bucket streams (docs/pytorch.md, "In the
+background").
 
 One thread per process group runs the calls one at a time, in the order they were made. Every
 local rank of a host makes its calls in the same order (DDP's buckets, a training loop's
@@ -36,15 +37,11 @@ def overlap_enabled(env: Mapping[str, str] = os.environ) -> bool:
     return text == "1"
 
 
-def work_of(fut: torch.futures.Future) -> dist.Work:
-    return torch._C._distributed_c10d._create_work_from_future(fut)
-
-
 def done(tensors: list[torch.Tensor]) -> dist.Work:
     """A Work already complete, with `tensors` as its result."""
     fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
     fut.set_result(tensors)
-    return work_of(fut)
+    return torch._C._distributed_c10d._create_work_from_future(fut)
 
 
 def cuda_ready(tensors: list[torch.Tensor]) -> torch.cuda.Event | None:
