@@ -322,9 +322,11 @@ def overlap() -> dict:
     late = torch.full((1000,), float(RANK))
     work = dist.all_reduce(late, async_op=True)
     dist.barrier()
+    done_by_barrier = work.is_completed()
+    work.wait()
+    right.append(sorted(set(late.tolist())) == [float(sum(range(world)))])
     return {"pending_at_return": pending_at_return, "order": order, "right": right,
-            "returned_s": returned, "waited_s": waited,
-            "done_by_barrier": work.is_completed()}
+            "returned_s": returned, "waited_s": waited, "done_by_barrier": done_by_barrier}
 
 
 def main() -> int:
