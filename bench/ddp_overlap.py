@@ -18,6 +18,7 @@ import argparse
 import copy
 import json
 import os
+import sys
 import time
 
 import torch
@@ -111,7 +112,11 @@ def run(a: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(json.dumps(run(parse_args(argv))), flush=True)
+    line = (json.dumps(run(parse_args(argv))) + "\n").encode()
+    # One write(2) of a line under PIPE_BUF: ranks under torchrun share one stdout pipe, and
+    # print()'s separate write of the newline let two ranks' reports land on one line.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line)
     return 0
 
 
