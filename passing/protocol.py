@@ -58,8 +58,9 @@ K = k_from(os.environ.get(K_ENV))
 VALUE_WORDS = K // LANES_PER_WORD  # 2048-bit register words per slot and version
 VALUES_BYTES = K * VALUE_BITS // 8
 
-# Fan-in at one switch is bounded by the 32-bit contributor bitmap kept per slot and version.
-MAX_FAN_IN = 32
+# Fan-in at one switch is bounded by the 64-bit contributor bitmap kept per slot and version
+# (docs/protocol.md, "Limits per switch": the widest word one Tofino register action holds).
+MAX_FAN_IN = 64
 # Slot capacity of one switch (slots; each slot has two versions) and number of per-job counter
 # rows. Both are P4 compile-time constants.
 SLOT_CAPACITY = 4096

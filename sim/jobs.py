@@ -10,10 +10,10 @@ simulator's switches do what those entries make the real switch do: wait for eve
 contribution to a slot, send the sum up (or, at the root, multicast the result down), and pass
 a result from above down to their members.
 
-An `ina` job with more GPUs in a rack than a switch's 32 contributor ids is refused by the
-controller (the contributor bitmap is 32 bits). For fabrics where that happens the tree is
-taken from the `passing` plan of the same hosts with each host counting its GPUs, and the
-JobTree says so (`beyond_bitmap`): what INA would cost if the switch had the ids.
+An `ina` job with more GPUs in a rack than a switch's 64 contributor ids (P.MAX_FAN_IN) is
+refused by the controller (the contributor bitmap is 64 bits). For fabrics where that happens
+the tree is taken from the `passing` plan of the same hosts with each host counting its GPUs,
+and the JobTree says so (`beyond_bitmap`): what INA would cost if the switch had the ids.
 """
 
 from __future__ import annotations

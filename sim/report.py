@@ -10,6 +10,7 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
+from passing import protocol as P
 from sim.costs import FITTED
 from sim.measured import Report
 from sim.strategies import STRATEGIES
@@ -135,9 +136,10 @@ def study_section(rows: list[StudyRow]) -> str:
         parts.append("Failed: " + "; ".join(f"{r.case.label}: {r.error}" for r in errors))
     notes = sorted({r.case.strategy for r in ok if r.notes})
     if notes:
-        parts.append("INA with more than one GPU per host needs more than 32 contributors at a "
-                     "ToR of 32 hosts: the controller would refuse those jobs (its contributor "
-                     "bitmap is 32 bits); they are simulated as if the switch had the ids.")
+        parts.append(f"Where INA needs more than {P.MAX_FAN_IN} contributors at a switch (the "
+                     "GPUs of a rack's hosts), the controller would refuse the job (its "
+                     f"contributor bitmap is {P.MAX_FAN_IN} bits); such jobs are simulated as if "
+                     "the switch had the ids.")
     return "\n".join(parts)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.topology import Topology
+from passing import protocol as P
 from sim.collectives import ParameterServer, Ring
 from sim.context import SimContext
 from sim.jobs import SlotBook, job_tree
@@ -76,8 +77,8 @@ class Launcher:
         tree = job_tree(self.topo, list(job.hosts), job.strategy, job.window, job.job_id,
                         self.slots)
         if tree.beyond_bitmap:
-            self.notes.append(f"job {job.job_id}: INA needs more than 32 contributors at a "
-                              "switch; the controller would refuse it")
+            self.notes.append(f"job {job.job_id}: INA needs more than {P.MAX_FAN_IN} "
+                              "contributors at a switch; the controller would refuse it")
         plan = chunking(job.size_bytes, job.window, job.speculating, self.max_chunks,
                         hops=2 * tree.depth)
         for node in tree.nodes.values():

@@ -125,12 +125,12 @@ static int is_unicast(int e) { return e == EVT_RESULT_AGAIN || e == EVT_LATE_RES
 static int is_late(int e) { return e == EVT_LATE || e == EVT_LATE_RESULT || e == DROP_STALE_ROUND; }
 
 /* A version word, unpacked (round ++ flags ++ nsum ++ exp ++ count ++ bitmap in the P4). */
-struct vword { uint32_t round, flags, nsum, exp, count, bitmap; };
+struct vword { uint32_t round, flags, nsum, exp, count; uint64_t bitmap; };
 
 static struct vword load(const uint64_t *ctx, uint64_t i) {
     struct vword w = {((uint32_t *)ctx[C_ROUND])[i], ((uint8_t *)ctx[C_FLAGS])[i],
                       ((uint16_t *)ctx[C_NSUM])[i], ((uint8_t *)ctx[C_EXP])[i],
-                      ((uint8_t *)ctx[C_COUNT])[i], ((uint32_t *)ctx[C_BITMAP])[i]};
+                      ((uint8_t *)ctx[C_COUNT])[i], ((uint64_t *)ctx[C_BITMAP])[i]};
     return w;
 }
 
@@ -140,7 +140,7 @@ static void store(const uint64_t *ctx, uint64_t i, struct vword w) {
     ((uint16_t *)ctx[C_NSUM])[i] = w.nsum;
     ((uint8_t *)ctx[C_EXP])[i] = w.exp;
     ((uint8_t *)ctx[C_COUNT])[i] = w.count;
-    ((uint32_t *)ctx[C_BITMAP])[i] = w.bitmap;
+    ((uint64_t *)ctx[C_BITMAP])[i] = w.bitmap;
 }
 
 /* Aggregation.aggregate() for an admitted packet: the event; the slot's version word after it
@@ -166,7 +166,7 @@ static int aggregate(const uint64_t *ctx, const uint8_t *frame, const uint64_t *
         }
     }
     /* _verdict */
-    uint32_t mybit = h->contributor < 32 ? (uint32_t)1 << h->contributor : 0;
+    uint64_t mybit = h->contributor < MAX_FAN_IN ? (uint64_t)1 << h->contributor : 0;
     int is_result = (h->flags & FLAG_RESULT) == FLAG_RESULT;
     int used = cur.bitmap != 0 || (cur.flags & FLAG_CLOSED) != 0;
     uint32_t d = h->round - cur.round;

@@ -102,8 +102,14 @@ INITIAL_DEFAULTS = {
     "l2_forward": Action("l2_drop", {}),
 }
 
-_WORD_BITS = 104  # one version's word of slot_state
+# One version's word of slot_state: round ++ flags ++ nsum ++ exp ++ count ++ bitmap, the
+# field at bit <name>_AT (aggregation.p4); the slot's word is gen ++ session ++ v1 ++ v0.
+_BM_BITS = P.MAX_FAN_IN
+_CNT_AT, _EXP_AT, _NS_AT, _FLAGS_AT, _ROUND_AT = 64, 72, 80, 96, 104
+_WORD_BITS = 136
+_SESSION_AT, _GEN_AT = 2 * _WORD_BITS, 2 * _WORD_BITS + 64
 _MASK_WORD = (1 << _WORD_BITS) - 1
+_MASK_BM = (1 << _BM_BITS) - 1
 _MASK64 = (1 << 64) - 1
 _MASK32 = (1 << 32) - 1
 _READY, _CLOSED = 1, 2  # the version word's flags
@@ -119,8 +125,8 @@ class SlotStore:
 
     def __init__(self, capacity: int = P.SLOT_CAPACITY):
         self.capacity = capacity
-        # slot_state word: gen(32) ++ session(64) ++ v1(104) ++ v0(104); each version word:
-        # round(32) ++ flags(8: ready, closed) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(32).
+        # slot_state word: gen(32) ++ session(64) ++ v1(136) ++ v0(136); each version word:
+        # round(32) ++ flags(8: ready, closed) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(64).
         # A version's fields at index 2*slot+version.
         self.gen = np.zeros(capacity, dtype=np.uint32)
         self.session = np.zeros(capacity, dtype=np.uint64)
@@ -129,7 +135,7 @@ class SlotStore:
         self.nsum = np.zeros(2 * capacity, dtype=np.uint16)
         self.exp = np.zeros(2 * capacity, dtype=np.uint8)
         self.count = np.zeros(2 * capacity, dtype=np.uint8)
-        self.bitmap = np.zeros(2 * capacity, dtype=np.uint32)
+        self.bitmap = np.zeros(2 * capacity, dtype=np.uint64)
         # slot_values as one row of K lanes (uint32, the int32 bits) per slot and version
         # (row 2*slot+version): the P4's VALUE_WORDS register words at
         # (2*slot+version)*VALUE_WORDS + w, concatenated. read() and dump() give the words.
@@ -144,23 +150,23 @@ class SlotStore:
             a[...] = 0  # in place: the compiled path holds their addresses
 
     def _version_word(self, i: int) -> int:
-        return ((int(self.round[i]) << 72) | (int(self.flags[i]) << 64)
-                | (int(self.nsum[i]) << 48) | (int(self.exp[i]) << 40)
-                | (int(self.count[i]) << 32) | int(self.bitmap[i]))
+        return ((int(self.round[i]) << _ROUND_AT) | (int(self.flags[i]) << _FLAGS_AT)
+                | (int(self.nsum[i]) << _NS_AT) | (int(self.exp[i]) << _EXP_AT)
+                | (int(self.count[i]) << _CNT_AT) | int(self.bitmap[i]))
 
     def _set_version_word(self, i: int, w: int) -> None:
-        self.round[i], self.flags[i] = w >> 72, (w >> 64) & 0xFF
-        self.nsum[i], self.exp[i] = (w >> 48) & 0xFFFF, (w >> 40) & 0xFF
-        self.count[i], self.bitmap[i] = (w >> 32) & 0xFF, w & _MASK32
+        self.round[i], self.flags[i] = w >> _ROUND_AT, (w >> _FLAGS_AT) & 0xFF
+        self.nsum[i], self.exp[i] = (w >> _NS_AT) & 0xFFFF, (w >> _EXP_AT) & 0xFF
+        self.count[i], self.bitmap[i] = (w >> _CNT_AT) & 0xFF, w & _MASK_BM
 
     def word(self, idx: int) -> int:
         """Slot `idx`'s slot_state word, as the P4 program holds it."""
-        return ((int(self.gen[idx]) << 272) | (int(self.session[idx]) << 208)
+        return ((int(self.gen[idx]) << _GEN_AT) | (int(self.session[idx]) << _SESSION_AT)
                 | (self._version_word(2 * idx + 1) << _WORD_BITS)
                 | self._version_word(2 * idx))
 
     def set_word(self, idx: int, word: int) -> None:
-        self.gen[idx], self.session[idx] = word >> 272, (word >> 208) & _MASK64
+        self.gen[idx], self.session[idx] = word >> _GEN_AT, (word >> _SESSION_AT) & _MASK64
         self._set_version_word(2 * idx + 1, (word >> _WORD_BITS) & _MASK_WORD)
         self._set_version_word(2 * idx, word & _MASK_WORD)
 
@@ -374,7 +380,7 @@ class Pipeline:
                                   v.is_new)
         mine = _next_version_word(cur, h, v, overwrite)
         pair = (mine << _WORD_BITS) | oth if h.version & 1 else (oth << _WORD_BITS) | mine
-        slots.set_word(idx, (gen << 272) | (h.session << 208) | pair)
+        slots.set_word(idx, (gen << _GEN_AT) | (h.session << _SESSION_AT) | pair)
         egress = self._egress_of(port, j, h, v.event)
         if not egress:
             return v.event, []
@@ -446,7 +452,7 @@ def _well_formed(frame: bytes, ip: tuple[int, ...]) -> bool:
 def _version_words(word: int, gen: int, h: Header) -> tuple[int, int]:
     """The slot_state word's word of the packet's version and the other version's; both zero
     when another generation or another session wrote the slot (it reads as empty)."""
-    if word >> 272 != gen or (word >> 208) & _MASK64 != h.session:
+    if word >> _GEN_AT != gen or (word >> _SESSION_AT) & _MASK64 != h.session:
         return 0, 0
     if h.version & 1:
         return (word >> _WORD_BITS) & _MASK_WORD, word & _MASK_WORD
@@ -466,20 +472,20 @@ class Verdict(NamedTuple):
 def _foreign_open(word: int, gen: int, h: Header) -> bool:
     """Another generation's or session's round is open in the slot (a version with
     contributors, not closed): a result from the spine may not take such a slot over."""
-    if word >> 272 == gen and (word >> 208) & _MASK64 == h.session:
+    if word >> _GEN_AT == gen and (word >> _SESSION_AT) & _MASK64 == h.session:
         return False
-    return any(w & _MASK32 and not (w >> 64) & _CLOSED
+    return any(w & _MASK_BM and not (w >> _FLAGS_AT) & _CLOSED
                for w in (word & _MASK_WORD, (word >> _WORD_BITS) & _MASK_WORD))
 
 
 def _verdict(cur: int, h: Header, j: dict[str, int], foreign_open: bool) -> Verdict:
     """The P4's decisions, expression for expression: the packet's round against the one
     this version holds (serial-number order), then its one event."""
-    bm, ccnt, flags = cur & _MASK32, (cur >> 32) & 0xFF, (cur >> 64) & 0xFF
-    mybit = (1 << h.contributor) & _MASK32
+    bm, ccnt, flags = cur & _MASK_BM, (cur >> _CNT_AT) & 0xFF, (cur >> _FLAGS_AT) & 0xFF
+    mybit = (1 << h.contributor) & _MASK_BM
     is_result = h.flags & FLAG_RESULT == FLAG_RESULT
     used = bm != 0 or flags & _CLOSED != 0
-    d = (h.round - (cur >> 72)) & _MASK32
+    d = (h.round - (cur >> _ROUND_AT)) & _MASK32
     same = used and d == 0
     older = used and d >> 31 == 1
     restart = not used or (not same and not older)
@@ -514,8 +520,9 @@ def _next_version_word(cur: int, h: Header, v: Verdict, overwrite: bool) -> int:
     contribution overwrite it, a new contribution adds to it, anything else leaves it as it
     was (a result again, once final, stays ready). A newer round starts from the packet: its
     sender alone, or (a result from the spine for a round this switch never closed) nobody."""
-    bm, rnd = cur & _MASK32, cur >> 72
-    ex, ns, flags = (cur >> 40) & 0xFF, (cur >> 48) & 0xFFFF, (cur >> 64) & 0xFF
+    bm, rnd = cur & _MASK_BM, cur >> _ROUND_AT
+    ex, ns = (cur >> _EXP_AT) & 0xFF, (cur >> _NS_AT) & 0xFFFF
+    flags = (cur >> _FLAGS_AT) & 0xFF
     if overwrite:
         ex, ns = h.exp, h.num_contrib
     elif v.is_new:
@@ -527,12 +534,13 @@ def _next_version_word(cur: int, h: Header, v: Verdict, overwrite: bool) -> int:
         flags = _CLOSED
     elif v.first:
         flags = 0
-    mybit = (1 << h.contributor) & _MASK32
+    mybit = (1 << h.contributor) & _MASK_BM
     if v.restart:
         bm, rnd = (mybit if v.is_new else 0), h.round
     elif v.is_new:
         bm |= mybit
-    return (rnd << 72) | (flags << 64) | (ns << 48) | (ex << 40) | (v.cnt << 32) | bm
+    return ((rnd << _ROUND_AT) | (flags << _FLAGS_AT) | (ns << _NS_AT) | (ex << _EXP_AT)
+            | (v.cnt << _CNT_AT) | bm)
 
 
 def _leaving_header(h: Header, event: int, mine: int) -> Header:
@@ -547,8 +555,8 @@ def _leaving_header(h: Header, event: int, mine: int) -> Header:
     else:
         level, flags = h.level, FLAG_RESULT
     return Header(h.job_id, h.slot, h.contributor, flags | (h.flags & FLAG_POOL), h.version,
-                  level, h.frag, h.round, (mine >> 48) & 0xFFFF, (mine >> 40) & 0xFF, h.tag,
-                  h.session)
+                  level, h.frag, h.round, (mine >> _NS_AT) & 0xFFFF, (mine >> _EXP_AT) & 0xFF,
+                  h.tag, h.session)
 
 
 class _Kept(NamedTuple):

@@ -2,17 +2,19 @@
  * two-level tree (ATP-style: a non-root switch sends its finished slot up as one contribution and
  * multicasts the result that comes back down), with explicit rounds and quorum completion.
  *
- * State per slot (register slot_state, 304 bits):
- *   [303:272] gen      job generation that wrote it
- *   [271:208] session  the agents' session that wrote it
+ * State per slot (register slot_state, 368 bits):
+ *   [367:336] gen      job generation that wrote it
+ *   [335:272] session  the agents' session that wrote it
  *   Slot state of any other (gen, session) reads as empty: a contribution of a new session
  *   takes the slot over, so no session ever sees another's sums (docs/protocol.md, Sessions).
- *   [207:104] version 1 word, [103:0] version 0 word, each:
- *     [31:0] contributor bitmap  [39:32] count  [47:40] max exp  [63:48] sum of num_contrib
- *     [64] ready: the slot holds the round's final result (at a root as soon as it completes;
+ *   [271:136] version 1 word, [135:0] version 0 word, each:
+ *     [63:0] contributor bitmap  [71:64] count  [79:72] max exp  [95:80] sum of num_contrib
+ *     [96] ready: the slot holds the round's final result (at a root as soon as it completes;
  *          at a non-root once the result came back from the spine)
- *     [65] closed: the round completed here (at a non-root: its sum went up)
- *     [103:72] round: the slot's round this version holds (docs/protocol.md, Rounds)
+ *     [97] closed: the round completed here (at a non-root: its sum went up)
+ *     [135:104] round: the slot's round this version holds (docs/protocol.md, Rounds)
+ *   The bitmap is 64 bits (MAX_FAN_IN): on Tofino the widest word one register action reads
+ *   and writes, as a pair of 32-bit halves (docs/protocol.md, "Limits per switch").
  * Values per slot and version (register slot_values): the K lanes of the running sum in
  * VALUE_WORDS 2048-bit words of 64 lanes, word w of version v of slot s at index
  * (2*s+v)*VALUE_WORDS + w (word 0 holds values 0..63, as hdr.values.w0). Each word is added
@@ -47,7 +49,7 @@
 
 control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t sm,
                     out bit<8> event) {
-    @name(".slot_state") register<bit<304>>(SLOT_CAPACITY) slot_state;
+    @name(".slot_state") register<bit<368>>(SLOT_CAPACITY) slot_state;
     @name(".slot_values") register<bit<WORD_BITS>>(SLOT_CAPACITY * 2 * VALUE_WORDS) slot_values;
 
     /* Four actions of straight-line code, in order: inside an action p4c keeps ?: as an
@@ -60,30 +62,30 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
     action load() {
         meta.agg.idx = meta.job.pool_base + (bit<32>)hdr.passing.slot;
         slot_state.read(meta.agg.st, meta.agg.idx);
-        bit<304> st = meta.agg.st;
-        bool fresh = st[303:272] == meta.job.gen && st[271:208] == hdr.passing.session;
+        bit<368> st = meta.agg.st;
+        bool fresh = st[367:336] == meta.job.gen && st[335:272] == hdr.passing.session;
         bool v1 = hdr.passing.version[0:0] == 1;
-        meta.agg.cur = !fresh ? 104w0 : (v1 ? st[207:104] : st[103:0]);
-        meta.agg.oth = !fresh ? 104w0 : (v1 ? st[103:0] : st[207:104]);
+        meta.agg.cur = !fresh ? 136w0 : (v1 ? st[271:136] : st[135:0]);
+        meta.agg.oth = !fresh ? 136w0 : (v1 ? st[135:0] : st[271:136]);
         /* Another session's (or job's) round still open here: a result from the spine may
          * take the slot over only when nothing of anyone's is in progress in it. */
-        meta.agg.foreign_open = (!fresh && ((st[31:0] != 0 && st[65:65] == 0) ||
-                                            (st[135:104] != 0 && st[169:169] == 0))) ? 1w1 : 1w0;
+        meta.agg.foreign_open = (!fresh && ((st[63:0] != 0 && st[97:97] == 0) ||
+                                            (st[199:136] != 0 && st[233:233] == 0))) ? 1w1 : 1w0;
     }
 
     /* The packet's round against the one its version holds, in serial-number order (RFC
      * 1982): older means the slot has left the packet's round behind. A version holds a round
      * once a contribution started it or a result from the spine closed it. */
     action place() {
-        bit<104> cur = meta.agg.cur;
-        bool used = cur[31:0] != 0 || cur[65:65] == 1;
-        bit<32> d = hdr.passing.round - cur[103:72];
+        bit<136> cur = meta.agg.cur;
+        bool used = cur[63:0] != 0 || cur[97:97] == 1;
+        bit<32> d = hdr.passing.round - cur[135:104];
         bool same = used && d == 0;
         meta.agg.same = same ? 1w1 : 1w0;
         meta.agg.older = (used && d[31:31] == 1) ? 1w1 : 1w0;
-        meta.agg.closed = (same && cur[65:65] == 1) ? 1w1 : 1w0;
-        meta.agg.ready = (same && cur[64:64] == 1) ? 1w1 : 1w0;
-        meta.agg.mine = (same && (cur[31:0] & (32w1 << hdr.passing.contributor)) != 0) ?
+        meta.agg.closed = (same && cur[97:97] == 1) ? 1w1 : 1w0;
+        meta.agg.ready = (same && cur[96:96] == 1) ? 1w1 : 1w0;
+        meta.agg.mine = (same && (cur[63:0] & (64w1 << hdr.passing.contributor)) != 0) ?
                         1w1 : 1w0;
     }
 
@@ -101,7 +103,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         bool is_new = !is_result && !older && (restart || (!mine && !closed));
         bool first = is_new && restart;
         bit<8> cnt = first ? 8w1 : (restart ? 8w0 :
-                     (is_new ? meta.agg.cur[39:32] + 1 : meta.agg.cur[39:32]));
+                     (is_new ? meta.agg.cur[71:64] + 1 : meta.agg.cur[71:64]));
         bool full = cnt == meta.job.fan_in;
         bool completes = !is_result && !older && !closed &&
                          ((is_new && full) || (close && cnt >= meta.job.quorum));
@@ -123,7 +125,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
 
     /* The slot after the packet, written back, and what leaves where. */
     action commit() {
-        bit<104> cur = meta.agg.cur;
+        bit<136> cur = meta.agg.cur;
         bit<8> ev = meta.agg.event;
         bool is_new = meta.agg.is_new == 1;
         bool first = meta.agg.first == 1;
@@ -131,7 +133,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         bool stored = ev == EVT_DOWNLINK;
         bool final = ev == EVT_COMPLETE_ROOT || ev == EVT_CLOSED_ROOT;
         bool up = ev == EVT_COMPLETE_UP || ev == EVT_CLOSED_UP;
-        bit<32> mybit = 32w1 << hdr.passing.contributor;
+        bit<64> mybit = 64w1 << hdr.passing.contributor;
         bit<32> vbase = ((meta.agg.idx << 1) + (bit<32>)hdr.passing.version[0:0]) * VALUE_WORDS;
 
         /* Values: the spine's result, or a round's first contribution, overwrite; later
@@ -150,16 +152,16 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
 #endif
 
         bit<8> ex = overwrite ? hdr.passing.exp :
-                    ((is_new && hdr.passing.exp > cur[47:40]) ? hdr.passing.exp : cur[47:40]);
+                    ((is_new && hdr.passing.exp > cur[79:72]) ? hdr.passing.exp : cur[79:72]);
         bit<16> ns = overwrite ? hdr.passing.num_contrib :
-                     (is_new ? cur[63:48] + hdr.passing.num_contrib : cur[63:48]);
-        bit<8> flags = (stored || final) ? 8w3 : (up ? 8w2 : (first ? 8w0 : cur[71:64]));
+                     (is_new ? cur[95:80] + hdr.passing.num_contrib : cur[95:80]);
+        bit<8> flags = (stored || final) ? 8w3 : (up ? 8w2 : (first ? 8w0 : cur[103:96]));
         /* A newer round starts from the packet: its sender alone, or (a result from the spine
          * for a round this switch never closed) nobody. */
-        bit<32> bm = restart ? (is_new ? mybit : 32w0) :
-                     (is_new ? cur[31:0] | mybit : cur[31:0]);
-        bit<32> rnd = restart ? hdr.passing.round : cur[103:72];
-        bit<104> word = rnd ++ flags ++ ns ++ ex ++ meta.agg.cnt ++ bm;
+        bit<64> bm = restart ? (is_new ? mybit : 64w0) :
+                     (is_new ? cur[63:0] | mybit : cur[63:0]);
+        bit<32> rnd = restart ? hdr.passing.round : cur[135:104];
+        bit<136> word = rnd ++ flags ++ ns ++ ex ++ meta.agg.cnt ++ bm;
         /* A refused packet leaves the slot exactly as it was: only contributions, and results
          * from the spine, of a round not left behind may take a slot over for their session. */
         slot_state.write(meta.agg.idx,

@@ -83,7 +83,7 @@ const bit<8> DROP_STALE_POOL      = 19;
 /* Late contributions per contributor id: late_contribs[stat_idx * MAX_FAN_IN + contributor].
  * Admitted contributions per pool and contributor id:
  * pool_contribs[(stat_idx * 2 + pool) * MAX_FAN_IN + contributor]. */
-#define MAX_FAN_IN 32
+#define MAX_FAN_IN 64
 
 /* Drops that belong to no job (index in global_drops). */
 const bit<8> GDROP_UNKNOWN_JOB = 0;

@@ -101,9 +101,9 @@ struct job_md_t {
 /* What the Aggregation control's actions hand each other (see aggregation.p4). */
 struct agg_md_t {
     bit<32>  idx;      /* the slot's register index */
-    bit<304> st;       /* its slot_state word as read */
-    bit<104> cur;      /* the word of the packet's version (zero if another session's) */
-    bit<104> oth;      /* ... of the other version */
+    bit<368> st;       /* its slot_state word as read */
+    bit<136> cur;      /* the word of the packet's version (zero if another session's) */
+    bit<136> oth;      /* ... of the other version */
     bit<1>   foreign_open; /* another session's or job's round is open in the slot */
     bit<1>   same;     /* the version holds the packet's round */
     bit<1>   older;    /* ... a round after the packet's */

@@ -109,7 +109,7 @@ def test_the_quorum_has_a_level_for_each_tier_of_the_tree(quorum, expected):
 def test_a_quorum_of_more_levels_than_a_fabric_has_is_refused():
     with pytest.raises(JobError, match=r"quorum \[1, 1, 1, 1\]: one to 3 whole numbers \(at "
                                        r"the hosts' switches, then at the spines, then at the "
-                                       r"cores\), each in 1\.\.32"):
+                                       r"cores\), each in 1\.\.64"):
         JobSpec(6, ("h1",), 8, quorum=(1, 1, 1, 1))
     with pytest.raises(JobError, match=r"quorum \[1, 0\]"):
         JobSpec(6, ("h1",), 8, quorum=(1, 0))
@@ -163,7 +163,24 @@ def test_racks_no_switch_joins_are_refused_saying_why():
         plan(JobSpec(1, ("h1", "h3"), 8), t)
 
 
-def test_a_spine_below_more_than_32_racks_of_a_job_is_refused():
-    t = parse(document(FabricLayout(33, 1, spines=1)))
-    with pytest.raises(JobError, match=r"spine1: 33 switches of the job below it, at most 32"):
+def test_a_spine_below_more_than_64_racks_of_a_job_is_refused():
+    t = parse(document(FabricLayout(65, 1, spines=1)))
+    with pytest.raises(JobError, match=r"spine1: 65 switches of the job below it, at most 64"):
         plan(JobSpec(1, tuple(t.hosts), 8), t)
+
+
+def test_a_rack_of_64_hosts_is_one_tor_of_fan_in_64_and_a_65th_host_is_refused():
+    t = parse(document(FabricLayout(2, 65, spines=1)))
+    rack = [h for h in t.hosts if t.hosts[h].rack == "tor1"]
+    p = plan(JobSpec(1, tuple(rack[:64]) + ("h66",), 8), t)
+    assert p.roles["tor1"].fan_in == 64 and not p.roles["tor1"].is_root
+    assert [m.contributor for m in p.roles["tor1"].members] == list(range(64))
+    assert p.roles["spine1"].fan_in == 2 and p.roles["spine1"].is_root
+    with pytest.raises(JobError, match=r"rack tor1: 65 hosts, at most 64 contributors"):
+        plan(JobSpec(2, tuple(rack), 8), t)
+    # Switch-only INA counts GPU ranks: 32 hosts of 2 GPUs fill the 64 ids.
+    g = parse(document(FabricLayout(1, 33, gpus=2)))
+    assert plan(JobSpec(3, tuple(sorted(g.hosts)[:32]), 8, mode="ina"), g).roles["tor1"].fan_in \
+        == 64
+    with pytest.raises(JobError, match=r"rack tor1: 66 GPUs, at most 64"):
+        plan(JobSpec(4, tuple(g.hosts), 8, mode="ina"), g)

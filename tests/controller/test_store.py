@@ -193,7 +193,7 @@ def test_collision_with_a_live_job_on_the_same_switch(store, fields, message):
     (dict(gen=0), "gen 0 must be in 1..4294967295"),
     (dict(stat_idx=256), "stat_idx 256 must be in 0..255"),
     (dict(mcast_grp=1), "mcast_grp 1 must be in 2..65535 (group 1 is L2 flooding)"),
-    (dict(fan_in=33), "fan_in 33 must be in 1..32"),
+    (dict(fan_in=65), "fan_in 65 must be in 1..64"),
     (dict(uplink_port=512), "uplink_port 512 must be in 0..511"),
     (dict(is_root=True, uplink_port=3), "a root has no uplink, but uplink_port is 3"),
 ])

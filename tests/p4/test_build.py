@@ -119,7 +119,7 @@ def test_table_defaults_are_the_ones_the_model_assumes(build):
 @needs_p4c
 def test_registers_and_counters_have_the_documented_shapes(build):
     info = P4InfoIndex.from_file(build / "passing.p4info.txtpb")
-    assert info.register("slot_state").type_spec.bitstring.bit.bitwidth == 304
+    assert info.register("slot_state").type_spec.bitstring.bit.bitwidth == 368
     assert info.register("slot_values").type_spec.bitstring.bit.bitwidth == 2048
     assert info.register("slot_values").size == 2 * P.SLOT_CAPACITY * P.VALUE_WORDS
     assert info.counter("job_stats").size == 256 * 32

@@ -58,10 +58,10 @@ def test_job_tree_is_the_controllers_plan():
 
 
 def test_ina_beyond_the_contributor_bitmap_is_flagged():
-    topo = fabric.generate(FabricSpec(2, 32, 2, gpus=2))
+    topo = fabric.generate(FabricSpec(2, 32, 2, gpus=4))
     tree = jobs.job_tree(topo, list(topo.hosts), "ina")
     assert tree.beyond_bitmap and not jobs.fits_bitmap(tree)
-    assert tree.nodes["tor1"].fan_in == 64 and tree.nodes[tree.root].fan_in == 2
+    assert tree.nodes["tor1"].fan_in == 128 and tree.nodes[tree.root].fan_in == 2
     assert jobs.fits_bitmap(jobs.job_tree(topo, list(topo.hosts), "passing"))
 
 

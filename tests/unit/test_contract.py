@@ -124,9 +124,9 @@ BAD_HOST_FIELDS = [
     ("host_ip", "10.0.1", "hosts.h1.host_ip: '10.0.1' is not an IPv4 address"),
     ("switch_ip", None, "hosts.h1.switch_ip: None is not an IPv4 address"),
     ("switch_mac", "08:00:00:00:01", "hosts.h1.switch_mac: '08:00:00:00:01' is not a MAC"),
-    ("contributor_id", -1, "hosts.h1.contributor_id: -1 outside 0..31"),
-    ("contributor_id", 32, "hosts.h1.contributor_id: 32 outside 0..31"),
-    ("local_gpus", 0, "hosts.h1.local_gpus: 0 outside 1..32"),
+    ("contributor_id", -1, "hosts.h1.contributor_id: -1 outside 0..63"),
+    ("contributor_id", 64, "hosts.h1.contributor_id: 64 outside 0..63"),
+    ("local_gpus", 0, "hosts.h1.local_gpus: 0 outside 1..64"),
     ("name", "", "hosts: host name '' is not a non-empty string"),
 ]
 
@@ -144,10 +144,10 @@ def test_ina_ports_and_ids_must_fit():
         JobParams(1, "ina", "", 48879, 65534, 8, (host("h1", 0, gpus=4),))
     # The same host is fine as one passing stream.
     assert JobParams(1, "passing", "", 48879, 65535, 8, (host("h1", 0, gpus=4),)).streams == 1
-    # 17 + 16 GPUs at one switch: 33 contributors, one more than the switch admits.
-    with pytest.raises(ParamsError, match="33 contributors at switch 10.0.1.254, at most 32"):
+    # 33 + 32 GPUs at one switch: 65 contributors, one more than the switch admits.
+    with pytest.raises(ParamsError, match="65 contributors at switch 10.0.1.254, at most 64"):
         JobParams(1, "ina", "", 48879, 61000, 8,
-                  (host("h1", 0, gpus=17), host("h2", 17, gpus=16)))
+                  (host("h1", 0, gpus=33), host("h2", 33, gpus=32)))
 
 
 def test_missing_and_unknown_keys_are_named():

@@ -111,7 +111,7 @@ def test_batch_rejects_one_bad_length():
     ("flags", 0x00, "exactly one"),
     ("flags", 0x03, "exactly one"),
     ("version", 3, "version"),  # with round 0: bit 0 is not the round's (bits 1-7: epoch 1)
-    ("contributor", 32, "contributor"),
+    ("contributor", 64, "contributor"),
 ])
 def test_strict_unpack_rejects_impossible_fields(field, value, msg):
     fields = {"flags": 1, "round": 0, field: value}
