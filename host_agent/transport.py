@@ -73,6 +73,26 @@ def default_segments() -> int:
     return n
 
 
+IP_MTU = 14  # <linux/in.h>: a connected socket's path MTU
+# The packet's IPv4 size: what every link to the switch must carry whole.
+_PACKET_IP_BYTES = P.IPV4_HEADER_BYTES + P.UDP_HEADER_BYTES + P.PAYLOAD_BYTES
+
+
+def _check_path_mtu(sock: socket.socket, switch_ip: str) -> None:
+    """Refuse a route whose MTU cannot carry one aggregation packet: the kernel would
+    fragment every packet, and a switch drops fragments as malformed, so the job would only
+    time out (PASSING_K=2048 needs jumbo frames: docs/protocol.md, "Choosing K")."""
+    try:
+        mtu = sock.getsockopt(socket.IPPROTO_IP, IP_MTU)
+    except OSError:
+        return  # not Linux, or no route yet: the switch's counters will say
+    if mtu < _PACKET_IP_BYTES:
+        sock.close()
+        raise OSError(f"the route to {switch_ip} has an MTU of {mtu} bytes, and one aggregation "
+                      f"packet is {_PACKET_IP_BYTES} (K={P.K}): set the links' MTU to "
+                      f"{P.LINK_MTU} or use a K whose packets fit (PASSING_K)")
+
+
 class UdpTransport:
     def __init__(self, host_ip: str, agent_port: int, switch_ip: str,
                  switch_port: int = P.PASSING_UDP_PORT, batched: bool = True,
@@ -92,10 +112,14 @@ class UdpTransport:
             self.sock.close()
             raise OSError(f"cannot receive on {host_ip}:{agent_port} from "
                           f"{switch_ip}:{switch_port}: {e.strerror}") from None
+        _check_path_mtu(self.sock, switch_ip)
         self.sock.setblocking(False)
         self.dropped_on_send = 0
         self._batched = batched and mmsg.available()
-        self._receiver = mmsg.Receiver() if self._batched else None
+        # A slot holds a payload at every K (8,220 bytes at K=2048); a longer datagram comes
+        # back marked cut (mmsg.Receiver) and is counted as another size.
+        self._receiver = mmsg.Receiver(slot=max(2048, P.PAYLOAD_BYTES)) \
+            if self._batched else None
         if self.segments > 1 and not (self._batched and _can_segment(self.sock)):
             self.segments = 1
 

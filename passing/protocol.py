@@ -26,9 +26,10 @@ PASSING_UDP_PORT = 48879
 # accepts); the switch adds the 64 lanes of a word in one lane-parallel (SWAR) operation, so a
 # packet costs VALUE_WORDS register reads, adds and writes. K is a multiple of 64 so that words
 # are full; 320 (a 1350-byte frame) is the largest whose frame fits a 1500-byte MTU: 384 would
-# need 1606 bytes.
+# need 1606 bytes. 2048 (an 8262-byte frame) is for jumbo frames (LINK_MTU 9000): one packet
+# carries 6.4x the values of K=320, and BMv2 pays per packet (docs/protocol.md, "Choosing K").
 K_ENV = "PASSING_K"
-K_CHOICES = (64, 128, 256, 320)
+K_CHOICES = (64, 128, 256, 320, 2048)
 DEFAULT_K = 320
 VALUE_BITS = 32
 WORD_BITS = 2048
@@ -50,7 +51,8 @@ def k_from(text: str | None) -> int:
     if k not in K_CHOICES:
         raise KError(f"{K_ENV}={text!r}: K (values per packet) must be one of "
                      f"{', '.join(map(str, K_CHOICES))}, a whole number of 64-lane register "
-                     "words with a frame under the 1500-byte MTU")
+                     "words with a frame under the 1500-byte MTU (2048: under a 9000-byte "
+                     "jumbo MTU)")
     return k
 
 
@@ -125,6 +127,10 @@ ETH_HEADER_BYTES = 14
 IPV4_HEADER_BYTES = 20
 UDP_HEADER_BYTES = 8
 FRAME_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + UDP_HEADER_BYTES + PAYLOAD_BYTES
+# The IPv4 MTU every link of the fabric needs for one aggregation packet: Ethernet's 1500
+# where K's frame fits (K <= 320), jumbo frames' 9000 otherwise (K = 2048).
+ETHERNET_MTU, JUMBO_MTU = 1500, 9000
+LINK_MTU = ETHERNET_MTU if FRAME_BYTES - ETH_HEADER_BYTES <= ETHERNET_MTU else JUMBO_MTU
 
 
 class Flag(enum.IntFlag):

@@ -32,7 +32,7 @@ SOURCE = Path(__file__).with_name("fastpath.c")
 # frame (switch_model/cli.py's --pipeline).
 PATH_ENV = "PASSING_MODEL_PIPELINE"
 # Frames longer than this (a PASSING frame with a long trailer) take the Python path.
-FAST_MAX_FRAME = 2048
+FAST_MAX_FRAME = max(2048, -(-P.FRAME_BYTES // 1024) * 1024)
 MAX_COPIES = 64  # the most replicas of a multicast group the compiled path copies to
 OUT_FRAMES = 4096
 OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME

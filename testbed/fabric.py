@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.switch import SwitchConnection, SwitchError, Update
+from passing import protocol as P
 from passing.pipeline_files import pipeline_files
 
 ETH_P_ALL = 0x0003
@@ -58,7 +59,8 @@ def make_veth(a: str, b: str) -> None:
         # No IPv6 autoconfiguration chatter on test links.
         with open(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6", "w") as f:
             f.write("1")
-        run(["ip", "link", "set", ifname, "up"])
+        # Jumbo frames where K's packet needs them (passing.protocol.LINK_MTU).
+        run(["ip", "link", "set", ifname, "mtu", str(P.LINK_MTU), "up"])
 
 
 def delete_link(ifname: str) -> None:

@@ -63,6 +63,8 @@ class MininetFabric:
             net.addLink(u.lower, u.upper, port1=u.lower_port, port2=u.upper_port,
                         **_shape(u.link))
         net.build()
+        if P.LINK_MTU != P.ETHERNET_MTU:
+            self._set_mtu(P.LINK_MTU)
         # A loss rule left by an earlier run would hook onto these interfaces' names.
         stale = link_loss.remove_root_tables(self._root_interfaces())
         if stale:
@@ -72,6 +74,16 @@ class MininetFabric:
             self._set_up_host(net.get(h.name), self.topo.switches[h.rack])
         net.staticArp()
         self._apply_link_params()
+
+    def _set_mtu(self, mtu: int) -> None:
+        """Every link's both ends (hosts and switch ports) to `mtu`: K's packets need jumbo
+        frames (passing.protocol.LINK_MTU), set before the switches open their ports."""
+        for link in self.net.links:
+            for intf in (link.intf1, link.intf2):
+                out = intf.node.cmd(f"ip link set dev {intf.name} mtu {mtu}")
+                if out.strip():
+                    raise RuntimeError(f"{intf.name}: MTU {mtu} refused: {out.strip()}")
+        print(f"*** K={P.K}: every link's MTU is {mtu} (jumbo frames)")
 
     def pipelines_loaded(self) -> None:
         """What a switch can be told only once it runs the controller's pipeline: BMv2's

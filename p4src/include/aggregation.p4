@@ -150,6 +150,35 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
 #if VALUE_WORDS > 4
         MERGE_WORD(4)
 #endif
+#if VALUE_WORDS > 5
+        MERGE_WORD(5)
+        MERGE_WORD(6)
+        MERGE_WORD(7)
+        MERGE_WORD(8)
+        MERGE_WORD(9)
+        MERGE_WORD(10)
+        MERGE_WORD(11)
+        MERGE_WORD(12)
+        MERGE_WORD(13)
+        MERGE_WORD(14)
+        MERGE_WORD(15)
+        MERGE_WORD(16)
+        MERGE_WORD(17)
+        MERGE_WORD(18)
+        MERGE_WORD(19)
+        MERGE_WORD(20)
+        MERGE_WORD(21)
+        MERGE_WORD(22)
+        MERGE_WORD(23)
+        MERGE_WORD(24)
+        MERGE_WORD(25)
+        MERGE_WORD(26)
+        MERGE_WORD(27)
+        MERGE_WORD(28)
+        MERGE_WORD(29)
+        MERGE_WORD(30)
+        MERGE_WORD(31)
+#endif
 
         bit<8> ex = overwrite ? hdr.passing.exp :
                     ((is_new && hdr.passing.exp > cur[79:72]) ? hdr.passing.exp : cur[79:72]);

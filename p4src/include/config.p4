@@ -12,8 +12,9 @@
 
 /* 64 lanes x 32 bits fill one 2048-bit word, the widest register p4c accepts; a slot's K values
  * are VALUE_WORDS such words, each read, added and written with one primitive per packet (see
- * aggregation.p4). Only whole words: K is a multiple of 64, and at most 320 (a 1350-byte frame;
- * 384 would need 1606 bytes, over a 1500-byte MTU). */
+ * aggregation.p4). Only whole words: K is a multiple of 64, at most 320 under a 1500-byte MTU
+ * (a 1350-byte frame; 384 would need 1606 bytes), and 2048 with jumbo frames (an 8262-byte
+ * frame under a 9000-byte MTU; docs/protocol.md, "Choosing K"). */
 #define WORD_BITS 2048
 #if PASSING_K == 64
 #define VALUE_WORDS 1
@@ -23,8 +24,10 @@
 #define VALUE_WORDS 4
 #elif PASSING_K == 320
 #define VALUE_WORDS 5
+#elif PASSING_K == 2048
+#define VALUE_WORDS 32
 #else
-#error "PASSING_K must be 64, 128, 256 or 320"
+#error "PASSING_K must be 64, 128, 256, 320 or 2048"
 #endif
 
 /* Slots per switch (each slot has two versions) and rows of per-job counters. */

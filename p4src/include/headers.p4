@@ -69,6 +69,35 @@ header values_t {
 #if VALUE_WORDS > 4
     bit<WORD_BITS> w4;
 #endif
+#if VALUE_WORDS > 5
+    bit<WORD_BITS> w5;
+    bit<WORD_BITS> w6;
+    bit<WORD_BITS> w7;
+    bit<WORD_BITS> w8;
+    bit<WORD_BITS> w9;
+    bit<WORD_BITS> w10;
+    bit<WORD_BITS> w11;
+    bit<WORD_BITS> w12;
+    bit<WORD_BITS> w13;
+    bit<WORD_BITS> w14;
+    bit<WORD_BITS> w15;
+    bit<WORD_BITS> w16;
+    bit<WORD_BITS> w17;
+    bit<WORD_BITS> w18;
+    bit<WORD_BITS> w19;
+    bit<WORD_BITS> w20;
+    bit<WORD_BITS> w21;
+    bit<WORD_BITS> w22;
+    bit<WORD_BITS> w23;
+    bit<WORD_BITS> w24;
+    bit<WORD_BITS> w25;
+    bit<WORD_BITS> w26;
+    bit<WORD_BITS> w27;
+    bit<WORD_BITS> w28;
+    bit<WORD_BITS> w29;
+    bit<WORD_BITS> w30;
+    bit<WORD_BITS> w31;
+#endif
 }
 
 struct headers_t {

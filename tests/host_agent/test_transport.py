@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
+from host_agent import transport
 from host_agent.transport import UdpTransport
 
 
@@ -45,3 +48,13 @@ def test_a_switch_address_that_refuses_is_loss_not_a_crash():
             assert agent.recv(0.05) == []
     finally:
         agent.close()
+
+
+def test_a_route_whose_mtu_cannot_carry_a_packet_is_refused(monkeypatch):
+    """An agent over links with a smaller MTU than its packets (PASSING_K=2048 without jumbo
+    frames) says so at start: the kernel would fragment every packet and the switch drop each
+    as malformed."""
+    monkeypatch.setattr(transport, "_PACKET_IP_BYTES", 70000)  # more than loopback's 65536
+    with pytest.raises(OSError, match=r"the route to 127\.0\.0\.2 has an MTU of 6553[56] bytes, "
+                                      r"and one aggregation packet is 70000"):
+        transport.UdpTransport("127.0.0.1", 0, "127.0.0.2", 9)

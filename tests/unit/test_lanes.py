@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 
 from passing import lanes
 from passing import protocol as P
+from tests.lane_values import k_values
 
-lane_values = st.lists(st.integers(-(2**31), 2**31 - 1), min_size=P.K, max_size=P.K)
+lane_values = k_values()
 
 
 @settings(max_examples=300, deadline=None)

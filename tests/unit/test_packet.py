@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from passing import packet
 from passing import protocol as P
 from passing.packet import ProtocolError
+from tests.lane_values import k_values
 
 
 def header_strategy():
@@ -27,7 +28,7 @@ def header_strategy():
     })
 
 
-values_strategy = st.lists(st.integers(-(2**31), 2**31 - 1), min_size=P.K, max_size=P.K)
+values_strategy = k_values()
 
 
 @settings(max_examples=200, deadline=None)

@@ -9,12 +9,13 @@ from scapy.layers.l2 import Ether
 from passing import packet
 from passing import protocol as P
 from testbed.scapy_layer import Passing
+from tests.lane_values import k_values
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 31),
        st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFFFFFF),
-       st.lists(st.integers(-(2**31), 2**31 - 1), min_size=P.K, max_size=P.K))
+       k_values())
 def test_scapy_bytes_equal_packer_bytes(job, slot, contrib, rnd, frag, values):
     fields = dict(job_id=job, slot=slot, contributor=contrib, flags=int(P.Flag.CONTRIB),
                   version=rnd & 1, round=rnd, level=1, frag=frag, num_contrib=2, exp=77)
