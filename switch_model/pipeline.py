@@ -1,15 +1,16 @@
-"""The P4 program (p4src/passing.p4) executed in Python, packet for packet.
+"""The P4 program (p4src/passing.p4) executed in Python, packet for packet: the parser's path,
+JobAdmission, the Aggregation control's register reads and writes, and PeerRewrite's copies.
+Ordinary frames go to switch_model.forwarding, the slot decisions are switch_model.slot_word's,
+the registers switch_model.slot_store's, the frame's layout switch_model.frame's.
 
-Every branch below mirrors a branch of the P4 source, in the same order, with the same register
+Every branch mirrors a branch of the P4 source, in the same order, with the same register
 layouts, so that what leaves a port, what the counters say and what the registers hold are the
 same as on BMv2. The conformance suite (tests/conformance) holds both targets to that.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 from p4.config.v1 import p4info_pb2
@@ -17,81 +18,55 @@ from p4.config.v1 import p4info_pb2
 from passing import lanes
 from passing import protocol as P
 from passing.p4info import P4InfoIndex
-from passing.protocol import JobEvent as E
 from switch_model import fastpath
+from switch_model.forwarding import guard_drops, l2_forward
+from switch_model.frame import (
+    DROP_NONE,
+    ETH_IPV4,
+    ETHERTYPE,
+    EVT_DOWNLINK,
+    EVT_DUPLICATE,
+    FLAG_CLOSE,
+    FLAG_CONTRIB,
+    FLAG_POOL,
+    FLAG_RESULT,
+    FLAGS_KNOWN,
+    HDR,
+    HDR_AFTER_CONTRIBUTOR,
+    IP_PROTO_UDP,
+    IPV4_FRAG_HI,
+    IPV4_FRAG_LO,
+    IPV4_IHL,
+    IPV4_OFF,
+    IPV4_PROTO,
+    IPV4_VER_IHL,
+    IPV4_WORDS,
+    LATE_EVENTS,
+    MCAST_EVENTS,
+    PASSING_END,
+    PASSING_OFF,
+    PASSING_PORT_BYTES,
+    REFUSED_EVENTS,
+    ROLE_ROOT,
+    UDP_DPORT,
+    UDP_LEN,
+    UNICAST_EVENTS,
+    UP_EVENTS,
+    VALUES_OFF,
+    Header,
+    Kept,
+    rewrite_copy,
+    well_formed,
+)
+from switch_model.slot_store import GEN_AT, SESSION_AT, WORD_BITS, SlotStore
+from switch_model.slot_word import (
+    foreign_open,
+    leaving_header,
+    next_version_word,
+    verdict,
+    version_words,
+)
 from switch_model.state import Action, SwitchState
-
-ETH_IPV4 = b"\x08\x00"
-IP_PROTO_UDP = 17
-IPV4_OFF = P.ETH_HEADER_BYTES
-UDP_OFF = IPV4_OFF + P.IPV4_HEADER_BYTES
-PASSING_OFF = UDP_OFF + P.UDP_HEADER_BYTES
-VALUES_OFF = PASSING_OFF + P.HEADER_BYTES
-PASSING_END = VALUES_OFF + P.VALUES_BYTES
-PASSING_UDP_LEN = P.UDP_HEADER_BYTES + P.PAYLOAD_BYTES
-PASSING_IPV4_LEN = P.IPV4_HEADER_BYTES + PASSING_UDP_LEN
-
-# Fields the parser and the checks read, by their place in an untagged IPv4/UDP frame.
-ETHERTYPE = slice(12, IPV4_OFF)
-IPV4_VER_IHL, IPV4_PROTO = IPV4_OFF, IPV4_OFF + 9
-IPV4_FRAG_HI, IPV4_FRAG_LO = IPV4_OFF + 6, IPV4_OFF + 7  # flags ++ fragment offset
-UDP_SPORT = slice(UDP_OFF, UDP_OFF + 2)
-UDP_DPORT = slice(UDP_OFF + 2, UDP_OFF + 4)
-UDP_LEN = slice(UDP_OFF + 4, UDP_OFF + 6)
-
-_HDR = struct.Struct("!HHBBBBIIHBBQ")
-# The same header in two parts, for copies that differ only in the contributor field.
-_HDR_TO_CONTRIBUTOR = struct.Struct("!HHB")
-_HDR_AFTER_CONTRIBUTOR = struct.Struct("!BBBIIHBBQ")
-_IP_TAIL = struct.Struct("!HII")  # checksum, source and destination address
-
-
-class Header(NamedTuple):
-    """The PASSING header, field for field (passing.protocol.HEADER_FIELDS)."""
-
-    job_id: int
-    slot: int
-    contributor: int
-    flags: int
-    version: int
-    level: int
-    frag: int
-    round: int
-    num_contrib: int
-    exp: int
-    tag: int
-    session: int
-
-
-_IPV4_WORDS = struct.Struct("!10H")
-_UDP_PORTS = struct.Struct("!HH")
-_PASSING_PORT_BYTES = P.PASSING_UDP_PORT.to_bytes(2, "big")
-
-FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS, FLAG_CLOSE, FLAG_POOL = (
-    int(P.Flag.CONTRIB), int(P.Flag.RESULT), int(P.Flag.RETRANS), int(P.Flag.CLOSE),
-    int(P.Flag.POOL))
-FLAGS_KNOWN = P.FLAGS_MASK
-DROP_NONE = None
-IPV4_IHL = P.IPV4_HEADER_BYTES // 4  # the only header length the parser accepts (no options)
-
-# config.p4's EVT_* codes, DROP_STALE_* and ROLE_ROOT as plain ints: the hot path compares
-# them per packet, and looking up an IntEnum member costs several times the comparison.
-(EVT_PARTIAL, EVT_COMPLETE_ROOT, EVT_COMPLETE_UP, EVT_DUPLICATE, EVT_RESULT_AGAIN, EVT_RESEND_UP,
- EVT_DOWNLINK, EVT_LATE, EVT_LATE_RESULT, EVT_CLOSED_ROOT, EVT_CLOSED_UP) = (
-    int(e) for e in (E.PARTIAL, E.COMPLETE_ROOT, E.COMPLETE_UP, E.DUPLICATE, E.RESULT_AGAIN,
-                     E.RESEND_UP, E.DOWNLINK, E.LATE, E.LATE_RESULT, E.CLOSED_ROOT,
-                     E.CLOSED_UP))
-DROP_STALE_RESULT = int(P.JobDrop.STALE_RESULT)
-DROP_STALE_ROUND = int(P.JobDrop.STALE_ROUND)
-ROLE_ROOT = int(P.Role.ROOT)
-
-# Events that send the slot up to the spine, that multicast it, that answer the sender alone,
-# and those the late_contribs counter counts.
-_UP = frozenset((EVT_COMPLETE_UP, EVT_CLOSED_UP, EVT_RESEND_UP))
-_MCAST = frozenset((EVT_COMPLETE_ROOT, EVT_CLOSED_ROOT, EVT_DOWNLINK))
-_UNICAST = frozenset((EVT_RESULT_AGAIN, EVT_LATE_RESULT))
-_LATE = frozenset((EVT_LATE, EVT_LATE_RESULT, DROP_STALE_ROUND))
-_REFUSED = frozenset((DROP_STALE_RESULT, DROP_STALE_ROUND))
 
 # Defaults the P4 program declares for its tables (P4Info only carries const defaults).
 INITIAL_DEFAULTS = {
@@ -101,106 +76,6 @@ INITIAL_DEFAULTS = {
     "result_guard": Action("NoAction", {}),
     "l2_forward": Action("l2_drop", {}),
 }
-
-# One version's word of slot_state: round ++ flags ++ nsum ++ exp ++ count ++ bitmap, the
-# field at bit <name>_AT (aggregation.p4); the slot's word is gen ++ session ++ v1 ++ v0.
-_BM_BITS = P.MAX_FAN_IN
-_CNT_AT, _EXP_AT, _NS_AT, _FLAGS_AT, _ROUND_AT = 64, 72, 80, 96, 104
-_WORD_BITS = 136
-_SESSION_AT, _GEN_AT = 2 * _WORD_BITS, 2 * _WORD_BITS + 64
-_MASK_WORD = (1 << _WORD_BITS) - 1
-_MASK_BM = (1 << _BM_BITS) - 1
-_MASK64 = (1 << 64) - 1
-_MASK32 = (1 << 32) - 1
-_READY, _CLOSED = 1, 2  # the version word's flags
-
-
-class SlotStore:
-    """Registers slot_state and slot_values of the Aggregation control.
-
-    Held as arrays, one per field, so that the compiled PASSING path (switch_model/fastpath.c)
-    reads and writes the same memory; `word` and `set_word` give the P4's slot_state word as
-    one int, `row` and `set_row` a version's values as one row (passing.lanes).
-    """
-
-    def __init__(self, capacity: int = P.SLOT_CAPACITY):
-        self.capacity = capacity
-        # slot_state word: gen(32) ++ session(64) ++ v1(136) ++ v0(136); each version word:
-        # round(32) ++ flags(8: ready, closed) ++ nsum(16) ++ exp(8) ++ count(8) ++ bitmap(64).
-        # A version's fields at index 2*slot+version.
-        self.gen = np.zeros(capacity, dtype=np.uint32)
-        self.session = np.zeros(capacity, dtype=np.uint64)
-        self.round = np.zeros(2 * capacity, dtype=np.uint32)
-        self.flags = np.zeros(2 * capacity, dtype=np.uint8)
-        self.nsum = np.zeros(2 * capacity, dtype=np.uint16)
-        self.exp = np.zeros(2 * capacity, dtype=np.uint8)
-        self.count = np.zeros(2 * capacity, dtype=np.uint8)
-        self.bitmap = np.zeros(2 * capacity, dtype=np.uint64)
-        # slot_values as one row of K lanes (uint32, the int32 bits) per slot and version
-        # (row 2*slot+version): the P4's VALUE_WORDS register words at
-        # (2*slot+version)*VALUE_WORDS + w, concatenated. read() and dump() give the words.
-        self.values = np.zeros((2 * capacity, P.K), dtype=np.uint32)
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.gen, self.session, self.round, self.flags, self.nsum, self.exp,
-                self.count, self.bitmap, self.values)
-
-    def reset(self) -> None:
-        for a in self.arrays():
-            a[...] = 0  # in place: the compiled path holds their addresses
-
-    def _version_word(self, i: int) -> int:
-        return ((int(self.round[i]) << _ROUND_AT) | (int(self.flags[i]) << _FLAGS_AT)
-                | (int(self.nsum[i]) << _NS_AT) | (int(self.exp[i]) << _EXP_AT)
-                | (int(self.count[i]) << _CNT_AT) | int(self.bitmap[i]))
-
-    def _set_version_word(self, i: int, w: int) -> None:
-        self.round[i], self.flags[i] = w >> _ROUND_AT, (w >> _FLAGS_AT) & 0xFF
-        self.nsum[i], self.exp[i] = (w >> _NS_AT) & 0xFFFF, (w >> _EXP_AT) & 0xFF
-        self.count[i], self.bitmap[i] = (w >> _CNT_AT) & 0xFF, w & _MASK_BM
-
-    def word(self, idx: int) -> int:
-        """Slot `idx`'s slot_state word, as the P4 program holds it."""
-        return ((int(self.gen[idx]) << _GEN_AT) | (int(self.session[idx]) << _SESSION_AT)
-                | (self._version_word(2 * idx + 1) << _WORD_BITS)
-                | self._version_word(2 * idx))
-
-    def set_word(self, idx: int, word: int) -> None:
-        self.gen[idx], self.session[idx] = word >> _GEN_AT, (word >> _SESSION_AT) & _MASK64
-        self._set_version_word(2 * idx + 1, (word >> _WORD_BITS) & _MASK_WORD)
-        self._set_version_word(2 * idx, word & _MASK_WORD)
-
-    def row(self, vidx: int) -> int:
-        return lanes.row_from_bytes(self.values[vidx].astype(">u4").tobytes())
-
-    def set_row(self, vidx: int, row: int) -> None:
-        self.values[vidx] = np.frombuffer(lanes.row_to_bytes(row), dtype=">u4")
-
-    def _check(self, register: str) -> None:
-        if register not in ("slot_state", "slot_values"):
-            raise KeyError(f"no register {register}")
-
-    def size(self, register: str) -> int:
-        """Cells of `register`, as the P4 program declares it."""
-        self._check(register)
-        return self.capacity if register == "slot_state" else \
-            2 * self.capacity * P.VALUE_WORDS
-
-    def dump(self, register: str) -> list[int]:
-        """Every cell of `register`, in the P4 program's index order."""
-        self._check(register)
-        if register == "slot_state":
-            return [self.word(i) for i in range(self.capacity)]
-        return [w for r in range(2 * self.capacity) for w in lanes.row_words(self.row(r))]
-
-    def read(self, register: str, index: int) -> int:
-        if not 0 <= index < self.size(register):
-            raise IndexError(f"{register}[{index}] out of range (size {self.size(register)})")
-        if register == "slot_state":
-            return self.word(index)
-        row, word = divmod(index, P.VALUE_WORDS)
-        return lanes.row_words(self.row(row))[word]
-
 
 class Pipeline:
     def __init__(self, state: SwitchState):
@@ -263,59 +138,23 @@ class Pipeline:
                     and frame[IPV4_VER_IHL] & 0x0F == IPV4_IHL
                     and (frame[IPV4_FRAG_HI] & 0x1F) == 0 and frame[IPV4_FRAG_LO] == 0
                     and frame[IPV4_PROTO] == IP_PROTO_UDP
-                    and frame[UDP_DPORT] == _PASSING_PORT_BYTES):
+                    and frame[UDP_DPORT] == PASSING_PORT_BYTES):
                 return self._passing(port, frame)
             if len(frame) < IPV4_OFF:
                 return []
-            if self._guard(frame):
+            if guard_drops(self.state, frame):
                 return []
-            return self._l2(port, frame)
-
-    # -- ResultGuard -------------------------------------------------------------------------
-    def _guard(self, frame: bytes) -> bool:
-        """True if the frame is dropped as a forged result, unchecked UDP or tagged (counted)."""
-        st = self.state
-        if int.from_bytes(frame[ETHERTYPE], "big") in P.VLAN_TPIDS:
-            st.count("global_drops", P.GlobalDrop.TAGGED, len(frame))
-            return True
-        if len(frame) < UDP_OFF or frame[ETHERTYPE] != ETH_IPV4 \
-                or frame[IPV4_PROTO] != IP_PROTO_UDP \
-                or frame[IPV4_FRAG_HI] & 0x1F or frame[IPV4_FRAG_LO]:
-            return False  # not IPv4 UDP, or a later fragment (no UDP header in it)
-        if frame[IPV4_VER_IHL] & 0x0F != IPV4_IHL or len(frame) < PASSING_OFF:
-            st.count("global_drops", P.GlobalDrop.UNCHECKED_UDP, len(frame))
-            return True
-        if frame[UDP_SPORT] == _PASSING_PORT_BYTES:
-            st.count("global_drops", P.GlobalDrop.FORGED, len(frame))
-            return True
-        guard = st.tables["result_guard"].entries.get((int.from_bytes(frame[UDP_DPORT], "big"),))
-        if guard is None:
-            return False
-        st.count("job_stats", guard.params["stat_idx"] * P.JOB_STATS_STRIDE
-                 + P.JobDrop.FORGED_RESULT, len(frame))
-        return True
-
-    # -- L2Forward / L2Prune ---------------------------------------------------------------------
-    def _l2(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
-        st = self.state
-        t = st.tables["l2_forward"]
-        action = t.entries.get((int.from_bytes(frame[0:6], "big"),)) or t.default
-        if action.name == "l2_to_port":
-            return [(action.params["port"], frame)]
-        if action.name == "l2_flood":
-            return [(p, frame) for p, _ in st.mcast.get(action.params["mcast_grp"], ())
-                    if p != port]
-        return []
+            return l2_forward(self.state, port, frame)
 
     # -- JobAdmission, Aggregation, PeerRewrite ---------------------------------------------
     def _passing(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         st = self.state
         nbytes = len(frame)
-        ip = _IPV4_WORDS.unpack_from(frame, IPV4_OFF) if nbytes >= PASSING_END else None
-        if ip is None or not _well_formed(frame, ip):
+        ip = IPV4_WORDS.unpack_from(frame, IPV4_OFF) if nbytes >= PASSING_END else None
+        if ip is None or not well_formed(frame, ip):
             st.count("global_drops", P.GlobalDrop.MALFORMED, nbytes)
             return []
-        h = Header._make(_HDR.unpack_from(frame, PASSING_OFF))
+        h = Header._make(HDR.unpack_from(frame, PASSING_OFF))
         pool = (h.flags & FLAG_POOL) >> 4
         job = st.tables["job_config"].entries.get((h.job_id, pool))
         if job is None:
@@ -331,7 +170,7 @@ class Pipeline:
                      + h.contributor, nbytes)
         event, out = self._aggregate(port, frame, j, h, ip)
         st.count("job_stats", j["stat_idx"] * P.JOB_STATS_STRIDE + event, nbytes)
-        if event in _LATE:
+        if event in LATE_EVENTS:
             st.count("late_contribs", j["stat_idx"] * P.MAX_FAN_IN + h.contributor, nbytes)
         return out
 
@@ -371,20 +210,20 @@ class Pipeline:
             return EVT_DUPLICATE, []
         gen = j["gen"]
         word = slots.word(idx)
-        cur, oth = _version_words(word, gen, h)
-        v = _verdict(cur, h, j, _foreign_open(word, gen, h))
-        if v.event in _REFUSED:
+        cur, oth = version_words(word, gen, h)
+        v = verdict(cur, h, j, foreign_open(word, gen, h))
+        if v.event in REFUSED_EVENTS:
             return v.event, []  # the slot is left exactly as it was, as in the P4 program
         overwrite = v.event == EVT_DOWNLINK or v.first
         vals = self._merge_values(((idx << 1) + (h.version & 1)) & 0xFFFFFFFF, frame, overwrite,
                                   v.is_new)
-        mine = _next_version_word(cur, h, v, overwrite)
-        pair = (mine << _WORD_BITS) | oth if h.version & 1 else (oth << _WORD_BITS) | mine
-        slots.set_word(idx, (gen << _GEN_AT) | (h.session << _SESSION_AT) | pair)
+        mine = next_version_word(cur, h, v, overwrite)
+        pair = (mine << WORD_BITS) | oth if h.version & 1 else (oth << WORD_BITS) | mine
+        slots.set_word(idx, (gen << GEN_AT) | (h.session << SESSION_AT) | pair)
         egress = self._egress_of(port, j, h, v.event)
         if not egress:
             return v.event, []
-        return v.event, self._peer_rewrite(frame, ip, egress, _leaving_header(h, v.event, mine),
+        return v.event, self._peer_rewrite(frame, ip, egress, leaving_header(h, v.event, mine),
                                            lanes.row_to_bytes(vals))
 
     def _merge_values(self, vidx: int, frame: bytes, overwrite: bool, is_new: bool) -> int:
@@ -404,11 +243,11 @@ class Pipeline:
         """(egress port, rid) of every copy that leaves: the job's multicast group (replicas
         carry the group's rid), the asker alone (rid: its id), or the uplink; none when the
         event drops the packet (DROP_PORT)."""
-        if event in _MCAST:
+        if event in MCAST_EVENTS:
             return list(self.state.mcast.get(j["mcast_grp"], ()))
-        if event in _UNICAST:
+        if event in UNICAST_EVENTS:
             return [(port, h.contributor)]
-        if event in _UP:
+        if event in UP_EVENTS:
             return [(j["uplink_port"], 0)]
         return []
 
@@ -422,163 +261,13 @@ class Pipeline:
         peers = st.tables["peer_rewrite"].entries
         out = []
         # What every copy shares, made once: all but the addresses and the recipient's id.
-        kept = _Kept(frame[IPV4_OFF:IPV4_OFF + 10], sum(ip[:5]),
-                     _HDR_AFTER_CONTRIBUTOR.pack(*h[3:]), frame[UDP_LEN],
+        kept = Kept(frame[IPV4_OFF:IPV4_OFF + 10], sum(ip[:5]),
+                     HDR_AFTER_CONTRIBUTOR.pack(*h[3:]), frame[UDP_LEN],
                      b"".join((values, frame[PASSING_END:])))
         for port, rid in egress:
             peer = peers.get((h.job_id, port, rid))
             if peer is None:
                 st.count("egress_drops", 0, len(frame))
                 continue
-            out.append((port, _rewrite(kept, peer.params, h)))
+            out.append((port, rewrite_copy(kept, peer.params, h)))
         return out
-
-
-def _fold(total: int) -> int:
-    """csum16 of a sum of 16-bit words: the carries folded in, then complemented."""
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def _well_formed(frame: bytes, ip: tuple[int, ...]) -> bool:
-    """JobAdmission's first check: the whole PASSING packet is there (the caller checked the
-    length), with a valid IPv4 checksum and exactly the lengths of one. `ip`: the IPv4
-    header's ten 16-bit words (word 1 the total length, word 5 the checksum)."""
-    return (_fold(sum(ip) - ip[5]) == ip[5] and ip[1] == PASSING_IPV4_LEN
-            and int.from_bytes(frame[UDP_LEN], "big") == PASSING_UDP_LEN)
-
-
-def _version_words(word: int, gen: int, h: Header) -> tuple[int, int]:
-    """The slot_state word's word of the packet's version and the other version's; both zero
-    when another generation or another session wrote the slot (it reads as empty)."""
-    if word >> _GEN_AT != gen or (word >> _SESSION_AT) & _MASK64 != h.session:
-        return 0, 0
-    if h.version & 1:
-        return (word >> _WORD_BITS) & _MASK_WORD, word & _MASK_WORD
-    return word & _MASK_WORD, (word >> _WORD_BITS) & _MASK_WORD
-
-
-class Verdict(NamedTuple):
-    """What the aggregate action decided for one packet against its version's word."""
-
-    event: int  # a JobEvent, or JobDrop.STALE_RESULT / STALE_ROUND
-    is_new: bool  # a contribution counted now (not a duplicate, not late, not stale)
-    first: bool  # ... and the first of a newer round: it overwrites the slot
-    restart: bool  # the packet's round is newer than the held one, or none is held
-    cnt: int  # the round's count after the packet
-
-
-def _foreign_open(word: int, gen: int, h: Header) -> bool:
-    """Another generation's or session's round is open in the slot (a version with
-    contributors, not closed): a result from the spine may not take such a slot over."""
-    if word >> _GEN_AT == gen and (word >> _SESSION_AT) & _MASK64 == h.session:
-        return False
-    return any(w & _MASK_BM and not (w >> _FLAGS_AT) & _CLOSED
-               for w in (word & _MASK_WORD, (word >> _WORD_BITS) & _MASK_WORD))
-
-
-def _verdict(cur: int, h: Header, j: dict[str, int], foreign_open: bool) -> Verdict:
-    """The P4's decisions, expression for expression: the packet's round against the one
-    this version holds (serial-number order), then its one event."""
-    bm, ccnt, flags = cur & _MASK_BM, (cur >> _CNT_AT) & 0xFF, (cur >> _FLAGS_AT) & 0xFF
-    mybit = (1 << h.contributor) & _MASK_BM
-    is_result = h.flags & FLAG_RESULT == FLAG_RESULT
-    used = bm != 0 or flags & _CLOSED != 0
-    d = (h.round - (cur >> _ROUND_AT)) & _MASK32
-    same = used and d == 0
-    older = used and d >> 31 == 1
-    restart = not used or (not same and not older)
-    closed = same and flags & _CLOSED != 0
-    ready = same and flags & _READY != 0
-    mine = same and bm & mybit != 0
-    is_new = not is_result and not older and (restart or (not mine and not closed))
-    first = is_new and restart
-    cnt = 1 if first else 0 if restart else (ccnt + 1) & 0xFF if is_new else ccnt
-    full = cnt == j["fan_in"]
-    completes = (not is_result and not older and not closed
-                 and ((is_new and full) or (h.flags & FLAG_CLOSE != 0 and cnt >= j["quorum"])))
-    root = j["is_root"] == ROLE_ROOT
-    if is_result:
-        event = DROP_STALE_RESULT if older or foreign_open else EVT_DOWNLINK
-    elif older:
-        event = DROP_STALE_ROUND
-    elif completes:
-        event = ((EVT_COMPLETE_ROOT if full else EVT_CLOSED_ROOT) if root else
-                 (EVT_COMPLETE_UP if full else EVT_CLOSED_UP))
-    elif is_new:
-        event = EVT_PARTIAL
-    elif mine:
-        event = EVT_RESULT_AGAIN if ready else EVT_RESEND_UP if closed else EVT_DUPLICATE
-    else:
-        event = EVT_LATE_RESULT if ready else EVT_LATE
-    return Verdict(event, is_new, first, restart, cnt)
-
-
-def _next_version_word(cur: int, h: Header, v: Verdict, overwrite: bool) -> int:
-    """The packet's version word after it: the spine's result or a newer round's first
-    contribution overwrite it, a new contribution adds to it, anything else leaves it as it
-    was (a result again, once final, stays ready). A newer round starts from the packet: its
-    sender alone, or (a result from the spine for a round this switch never closed) nobody."""
-    bm, rnd = cur & _MASK_BM, cur >> _ROUND_AT
-    ex, ns = (cur >> _EXP_AT) & 0xFF, (cur >> _NS_AT) & 0xFFFF
-    flags = (cur >> _FLAGS_AT) & 0xFF
-    if overwrite:
-        ex, ns = h.exp, h.num_contrib
-    elif v.is_new:
-        ex = h.exp if h.exp > ex else ex
-        ns = (ns + h.num_contrib) & 0xFFFF
-    if v.event in _MCAST:
-        flags = _READY | _CLOSED
-    elif v.event == EVT_COMPLETE_UP or v.event == EVT_CLOSED_UP:
-        flags = _CLOSED
-    elif v.first:
-        flags = 0
-    mybit = (1 << h.contributor) & _MASK_BM
-    if v.restart:
-        bm, rnd = (mybit if v.is_new else 0), h.round
-    elif v.is_new:
-        bm |= mybit
-    return ((rnd << _ROUND_AT) | (flags << _FLAGS_AT) | (ns << _NS_AT) | (ex << _EXP_AT)
-            | (v.cnt << _CNT_AT) | bm)
-
-
-def _leaving_header(h: Header, event: int, mine: int) -> Header:
-    """The header of what leaves for `event`: the slot's exponent and contributor sum from its
-    version word `mine`, the flags of a sum going up (RETRANS when sent again, CLOSE when the
-    packet carried it) or of a result, one level up when going up; always the packet's pool."""
-    if event in _UP:
-        level = (h.level + 1) & 0xFF
-        flags = FLAG_CONTRIB | (h.flags & FLAG_CLOSE)  # the hosts' CLOSE goes up with the sum
-        if event == EVT_RESEND_UP:
-            flags |= FLAG_RETRANS
-    else:
-        level, flags = h.level, FLAG_RESULT
-    return Header(h.job_id, h.slot, h.contributor, flags | (h.flags & FLAG_POOL), h.version,
-                  level, h.frag, h.round, (mine >> _NS_AT) & 0xFFFF, (mine >> _EXP_AT) & 0xFF,
-                  h.tag, h.session)
-
-
-class _Kept(NamedTuple):
-    """What the copies of one packet share (Aggregation._peer_rewrite makes it once)."""
-
-    ip_head: bytes  # the arriving IPv4 header's first 10 bytes (up to the checksum)
-    ip_head_sum: int  # ... as the sum of its 16-bit words
-    hdr_tail: bytes  # the leaving PASSING header after its contributor field
-    udp_len: bytes
-    payload: bytes  # the values, and whatever trailed the PASSING part of the frame
-
-
-def _rewrite(kept: _Kept, peer: dict[str, int], h: Header) -> bytes:
-    """PeerRewrite.set_peer, then the checksum update and the deparser: the arriving IPv4
-    header with the peer's addresses (its checksum computed over all of it, as
-    update_checksum does), header `h` with the recipient's id, the values and the rest."""
-    src, dst = peer["src_ip"], peer["dst_ip"]
-    csum = _fold(kept.ip_head_sum + (src >> 16) + (src & 0xFFFF) + (dst >> 16) + (dst & 0xFFFF))
-    return b"".join((
-        peer["dst_mac"].to_bytes(6, "big"), peer["src_mac"].to_bytes(6, "big"), ETH_IPV4,
-        kept.ip_head, _IP_TAIL.pack(csum, src, dst),
-        _UDP_PORTS.pack(P.PASSING_UDP_PORT, peer["dst_port"]), kept.udp_len, b"\x00\x00",
-        _HDR_TO_CONTRIBUTOR.pack(h.job_id, h.slot, peer["contributor"]), kept.hdr_tail,
-        kept.payload,
-    ))
