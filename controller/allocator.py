@@ -17,9 +17,8 @@ The rules below are the contract an operator can rely on.
   segment boundary. Every pool therefore lies in one segment, so while fewer than `shares` jobs
   hold pools, and none has a retiring pool (see Resizing), at least one whole segment is empty:
   every request of at most the equal share succeeds in full, whatever sizes came and went
-  before. (Plain first-fit without segments cannot
-  promise this: freed holes between pools can leave the space split into pieces that are each
-  too small.)
+  before. (Plain first-fit cannot promise this: freed holes between pools can leave the space
+  split into pieces that are each too small.)
 * First fit: a block is a maximal run of free slots inside one segment. The block with the lowest
   base whose size is at least `want` gets the job: exactly `want` slots at the block's start.
 * Shortage: with `shares` or more jobs (or pools restored from an earlier run under a different
@@ -49,36 +48,9 @@ following it would succeed.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-# The occupancy map grows to at most this many lines before cells start standing for several
-# slots, so a whole switch fits on one terminal screen.
-MAP_MAX_LINES = 16
-# Job symbols in the occupancy map; jobs beyond these share MAP_OVERFLOW_SYMBOL (the legend still
-# lists each of them with its range).
-MAP_SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-MAP_OVERFLOW_SYMBOL = "*"
-MAP_FREE_SYMBOL = "."
-
-
-@dataclass(frozen=True, order=True)
-class SlotRange:
-    """Slots base .. base + size - 1 of one switch."""
-
-    base: int
-    size: int
-
-    @property
-    def end(self) -> int:
-        """One past the last slot."""
-        return self.base + self.size
-
-    def __str__(self) -> str:
-        # Inclusive bounds: an operator compares them with register indices, which are inclusive.
-        return f"{self.base}-{self.end - 1} ({self.size})"
+from controller.slot_range import SlotRange
 
 
 class AllocationError(Exception):
@@ -293,42 +265,6 @@ class SlotAllocator:
         """Slots held by pools and retiring pools."""
         return sum(pool.size for _, pool in self._held())
 
-    def occupancy_map(self, width: int = 64) -> str:
-        """The switch's slots as text: a scale line, map lines of `width` cells, a legend line."""
-        if width < 1:
-            raise ValueError(f"occupancy map width must be at least 1, got {width}")
-        per_cell = max(1, math.ceil(self.capacity / (width * MAP_MAX_LINES)))
-        owners = [MAP_FREE_SYMBOL] * self.capacity
-        legend = []
-        for i, (job_id, pool) in enumerate(self.allocations().items()):
-            symbol = MAP_SYMBOLS[i] if i < len(MAP_SYMBOLS) else MAP_OVERFLOW_SYMBOL
-            owners[pool.base:pool.end] = [symbol] * pool.size
-            legend.append(f"{symbol} = job {job_id} {pool}")
-            old = self._retiring.get(job_id)
-            if old is not None:  # the job's symbol too: its slots until it is released
-                owners[old.base:old.end] = [symbol] * old.size
-                legend[-1] += f" + retiring {old}"
-
-        cells = []
-        for start in range(0, self.capacity, per_cell):
-            cells.append(_cell_symbol(owners[start:start + per_cell]))
-        label = len(str(self.capacity - 1))
-        lines = [self._map_header(per_cell)]
-        for i in range(0, len(cells), width):
-            lines.append(f"{i * per_cell:>{label}} {''.join(cells[i:i + width])}")
-        lines.append("legend: " + (", ".join(legend) if legend else "no jobs"))
-        return "\n".join(lines)
-
-    def _map_header(self, per_cell: int) -> str:
-        if per_cell == 1:
-            scale = f"1 char = 1 slot ('{MAP_FREE_SYMBOL}' free, else the job holding it)"
-        else:
-            scale = (f"1 char = {per_cell} slots ('{MAP_FREE_SYMBOL}' mostly free, else the job "
-                     "holding most of them)")
-        return (f"switch {self.switch}: {self.capacity} slots, {self.used()} used, "
-                f"{self.capacity - self.used()} free, equal share {self.fair_share()}; {scale}; "
-                "lines start with their first slot")
-
     def _blocks(self) -> list[SlotRange]:
         """The free ranges cut at share-segment boundaries: where a new pool may go, by base."""
         share = self.fair_share()
@@ -351,45 +287,6 @@ class SlotAllocator:
         return text
 
 
-def common_window(job_id: int, window: int, min_window: int | None,
-                  allocators: Mapping[str, SlotAllocator], resize: bool = False) -> int:
-    """The window a job gets: one pool size on every one of its switches (slot indices are
-    shared along the tree). `window` where every switch can give it, else, with `min_window`,
-    the most all of them can give, down to `min_window`; anything less is refused with each
-    switch's free ranges, the largest window that fits, and a --min-window hint only when that
-    would succeed. resize: the window of the job's new pools in a `resize`, beside its
-    current ones."""
-    resizing = job_id if resize else None
-    fits = min(a.largest_grant(resizing) for a in allocators.values())
-    if window <= fits:
-        return window
-    if min_window is not None and min_window <= fits:
-        return fits
-    wanted = f"a window of {window} slots on each of its switches"
-    if min_window is not None:
-        wanted += f" (at least {min_window})"
-    if fits:
-        given = f"the largest window that fits on all of them now is {fits}"
-    else:
-        given = "no window fits on all of them now"
-    per_switch = "; ".join(f"{name}: {a.grant_limit(resizing)}"
-                           for name, a in allocators.items())
-    if fits == 0:
-        full = ", ".join(name for name, a in allocators.items()
-                         if a.largest_grant(resizing) == 0)
-        hint = f"delete a job on {full} first"
-    elif min_window is None:
-        hint = f"ask for a window of at most {fits}, or pass --min-window {fits} or less"
-    else:
-        hint = f"pass --min-window {fits} or less to accept a window of {fits}"
-    if resize:
-        head = (f"job {job_id} cannot be resized: its new pool, held beside its current one "
-                f"until the hosts have moved, needs {wanted}")
-    else:
-        head = f"job {job_id} does not fit: it wants {wanted}"
-    raise AllocationError(f"{head}, and {given} ({per_switch}); {hint}")
-
-
 def _check_request(who: str, want: int, minimum: int | None) -> None:
     if want < 1:
         raise AllocationError(f"{who} asked for {want} slots; a pool needs at least 1")
@@ -400,12 +297,3 @@ def _check_request(who: str, want: int, minimum: int | None) -> None:
         if minimum > want:
             raise AllocationError(f"{who} asked for {want} slots with a larger minimum of "
                                   f"{minimum}")
-
-
-def _cell_symbol(owners: list[str]) -> str:
-    """The symbol of the most slots in one map cell."""
-    counts = Counter(owners)
-    # Ties go to a job rather than to free space, so that a pool smaller than a cell still shows
-    # where it can; Counter keeps first-seen order and max() the first maximum, so among jobs the
-    # lower base wins.
-    return max(counts, key=lambda s: (counts[s], s != MAP_FREE_SYMBOL))

@@ -32,6 +32,7 @@ from controller.core import (
     SwitchFailure,
 )
 from controller.job_plan import JobError
+from controller.occupancy_map import occupancy_map
 from controller.serve import ParamsServer
 from controller.store import StoreError
 from controller.switch import SwitchError
@@ -119,7 +120,7 @@ def run_with(ctl: Controller, args) -> tuple[object, str]:
                                       for j, r in alloc.retiring().items()},
                          "free": [[r.base, r.size] for r in alloc.free_ranges()]}
             text.append(f"{name}: {alloc.used()}/{alloc.capacity} slots used, fair share "
-                        f"{alloc.fair_share()}\n{alloc.occupancy_map()}")
+                        f"{alloc.fair_share()}\n{occupancy_map(alloc)}")
         return res, "\n\n".join(text)
     if args.cmd == "stats":
         return stats(ctl, args.job_id)

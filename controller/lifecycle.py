@@ -9,7 +9,8 @@ import time
 
 from controller import installer
 from controller.agent_ports import AgentPorts, port_span
-from controller.allocator import AllocationError, SlotRange, common_window
+from controller.allocator import AllocationError, SlotRange
+from controller.common_window import common_window
 from controller.connections import SwitchConnections
 from controller.counters import StatsCounters
 from controller.errors import ControllerError, StoreError, SwitchFailure

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from controller.allocator import AllocationError, common_window
+from controller.allocator import AllocationError
+from controller.common_window import common_window
 from controller.connections import SwitchConnections
 from controller.counters import StatsCounters
 from controller.errors import ControllerError, SwitchFailure

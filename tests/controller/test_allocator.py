@@ -8,7 +8,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from controller.allocator import AllocationError, SlotAllocator, SlotRange, common_window
+from controller.allocator import AllocationError, SlotAllocator, SlotRange
+from controller.common_window import common_window
+from controller.occupancy_map import occupancy_map
 from passing import protocol as P
 
 
@@ -286,7 +288,7 @@ def test_occupancy_map_one_slot_per_cell():
     a.allocate(1, 3)
     a.allocate(2, 8)
     a.allocate(3, 1)
-    assert a.occupancy_map(width=16).splitlines() == [
+    assert occupancy_map(a, width=16).splitlines() == [
         "switch t: 32 slots, 12 used, 20 free, equal share 8; 1 char = 1 slot ('.' free, else "
         "the job holding it); lines start with their first slot",
         " 0 AAAB....CCCCCCCC",
@@ -300,7 +302,7 @@ def test_occupancy_map_scales_a_full_switch():
     a.allocate(7, 512)
     a.allocate(9, 100)
     a.allocate(4, 2)  # smaller than one cell: still shown, a tie goes to the job
-    lines = a.occupancy_map().splitlines()
+    lines = occupancy_map(a).splitlines()
     assert "1 char = 4 slots ('.' mostly free, else the job holding most of them)" in lines[0]
     assert "4096 slots, 614 used, 3482 free" in lines[0]
     body = [line.split(" ")[-1] for line in lines[1:-1]]
@@ -317,10 +319,10 @@ def test_occupancy_map_scales_a_full_switch():
 
 def test_occupancy_map_empty_and_beyond_the_symbol_set():
     a = SlotAllocator("s", 128, max_jobs=64)
-    assert a.occupancy_map().splitlines()[-1] == "legend: no jobs"
+    assert occupancy_map(a).splitlines()[-1] == "legend: no jobs"
     for job in range(63):
         a.allocate(job, 2)
-    text = a.occupancy_map()
+    text = occupancy_map(a)
     row = text.splitlines()[2].split(" ")[-1]
     assert row.endswith("99**..")  # the 62nd symbol is '9'; job 62 overflows to '*'
     assert "* = job 62 124-125 (2)" in text
@@ -328,7 +330,7 @@ def test_occupancy_map_empty_and_beyond_the_symbol_set():
 
 def test_occupancy_map_rejects_zero_width():
     with pytest.raises(ValueError, match="width must be at least 1"):
-        SlotAllocator("s", 16).occupancy_map(width=0)
+        occupancy_map(SlotAllocator("s", 16), width=0)
 
 
 def test_resize_holds_both_pools_until_the_old_one_is_released():
@@ -346,7 +348,7 @@ def test_resize_holds_both_pools_until_the_old_one_is_released():
     assert "job 1 still has a retiring pool here" in a.grant_limit(resizing=1)
     assert "(retiring, freed once their jobs' hosts all use their new pools: job 1 0-7 (8))" \
         in a.grant_limit()
-    legend = a.occupancy_map().splitlines()[-1]
+    legend = occupancy_map(a).splitlines()[-1]
     assert legend == "legend: A = job 1 8-23 (16) + retiring 0-7 (8), B = job 2 32-63 (32)"
     assert a.release_retiring(1) == SlotRange(0, 8)
     assert a.free_ranges() == [SlotRange(0, 8), SlotRange(24, 8)]

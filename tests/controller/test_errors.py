@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.allocator import AllocationError, SlotAllocator, SlotRange, common_window
+from controller.allocator import AllocationError, SlotAllocator, SlotRange
+from controller.common_window import common_window
 from passing import protocol as P
 
 
