@@ -11,113 +11,22 @@ on the connection, stream included, is appended to a text file by a gRPC client 
 from __future__ import annotations
 
 import threading
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import grpc
 from google.protobuf import text_format
-from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
-from passing.p4info import P4InfoIndex, decode_value, encode_value
+from controller.grpc_dump import MessageDump
+from controller.switch_errors import SwitchError, WriteError, write_failures
+from controller.switch_reads import SwitchReads
+from passing.p4info import P4InfoIndex, encode_value
 
 Update = p4runtime_pb2.Update
-
-
-def write_failures(err: grpc.RpcError) -> list[tuple[int, str, str]]:
-    """(update index, status code name, message) of each failed update of a Write, from the
-    status details (P4Runtime spec, section 12)."""
-    out = []
-    for key, value in err.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            for i, detail in enumerate(status_pb2.Status.FromString(value).details):
-                e = p4runtime_pb2.Error()
-                if detail.Unpack(e) and e.canonical_code != code_pb2.OK:
-                    out.append((i, code_pb2.Code.Name(e.canonical_code), e.message))
-    return out
-
-
-class SwitchError(RuntimeError):
-    """A switch refused a request or could not be reached; the message says which and why."""
-
-
-class WriteError(SwitchError):
-    """A Write with failed updates; `failures` lists (index, code name, message) of each."""
-
-    def __init__(self, message: str, failures: list[tuple[int, str, str]]):
-        super().__init__(message)
-        self.failures = failures
-
-    @classmethod
-    def of(cls, switch: str, updates: list[Update],
-           failures: list[tuple[int, str, str]]) -> WriteError:
-        what = "; ".join(f"update {i} ({updates[i].entity.WhichOneof('entity')}): "
-                         f"{code}: {msg}" for i, code, msg in failures)
-        return cls(f"switch {switch}: write failed: {what}", failures)
-
-
-class _Dump(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-            grpc.StreamStreamClientInterceptor):
-    """Appends every message of a channel to a text file, as it is sent or received: requests,
-    responses, errors and both directions of the stream (arbitration included), each under the
-    switch's name and the RPC's."""
-
-    def __init__(self, name: str, path: Path):
-        self.name, self.path = name, path
-        self._lock = threading.Lock()
-
-    def _write(self, method: str, what: str, text: str) -> None:
-        rpc = method.rsplit("/", 1)[-1]
-        with self._lock, self.path.open("a") as f:
-            f.write(f"[{time.strftime('%H:%M:%S')}] {self.name} {rpc} {what}\n{text}\n")
-
-    def _message(self, method: str, msg) -> None:
-        shown = msg
-        config = getattr(msg, "config", None)
-        if isinstance(config, p4runtime_pb2.ForwardingPipelineConfig) and \
-                (config.p4info.tables or config.p4_device_config):
-            # A whole P4Info and BMv2 JSON would bury the rest of the dump.
-            shown = type(msg)()
-            shown.CopyFrom(msg)
-            shown.config.ClearField("p4info")
-            shown.config.ClearField("p4_device_config")
-            shown = (f"{shown}(config: P4Info with {len(config.p4info.tables)} tables, "
-                     f"{len(config.p4_device_config)} bytes of device config)")
-        self._write(method, type(msg).__name__, str(shown))
-
-    def _error(self, method: str, err: grpc.RpcError) -> None:
-        self._write(method, "error", f"{err.code().name}: {err.details()}")
-
-    def _stream(self, method: str, messages: Iterable) -> Iterator:
-        try:
-            for msg in messages:
-                self._message(method, msg)
-                yield msg
-        except grpc.RpcError as e:
-            self._error(method, e)
-            raise
-
-    def intercept_unary_unary(self, continuation: Callable, details, request):
-        self._message(details.method, request)
-        outcome = continuation(details, request)
-        err = outcome.exception()
-        if err is None:
-            self._message(details.method, outcome.result())
-        elif isinstance(err, grpc.RpcError):
-            self._error(details.method, err)
-        return outcome
-
-    def intercept_unary_stream(self, continuation: Callable, details, request):
-        self._message(details.method, request)
-        return self._stream(details.method, continuation(details, request))
-
-    def intercept_stream_stream(self, continuation: Callable, details, request_iterator):
-        requests = self._stream(details.method, request_iterator)
-        return self._stream(details.method, continuation(details, requests))
 
 
 class _Client(P4RuntimeClient):
@@ -126,7 +35,7 @@ class _Client(P4RuntimeClient):
     handshake_timeout = 5.0
 
     def __init__(self, device_id: int, address: str, election_id: tuple[int, int],
-                 dump: _Dump | None = None):
+                 dump: MessageDump | None = None):
         self._dump = dump
         super().__init__(device_id, address, election_id)
 
@@ -240,7 +149,7 @@ class SwitchWriter(ABC):
         return u
 
 
-class SwitchConnection(SwitchWriter):
+class SwitchConnection(SwitchWriter, SwitchReads):
     def __init__(self, name: str, address: str, device_id: int = 0,
                  election_id: tuple[int, int] = (0, 10), dump_file: str | Path | None = None,
                  connect_timeout: float = 5.0):
@@ -248,7 +157,7 @@ class SwitchConnection(SwitchWriter):
         self.address = address
         self.device_id = device_id
         self.election_id = election_id
-        self._dump = _Dump(name, Path(dump_file)) if dump_file else None
+        self._dump = MessageDump(name, Path(dump_file)) if dump_file else None
         self._client = self._connect(connect_timeout)
 
     # -- connection -------------------------------------------------------------------------
@@ -333,72 +242,3 @@ class SwitchConnection(SwitchWriter):
                 raise SwitchError(f"switch {self.name}: write failed: {e.code().name}: "
                                   f"{e.details()}") from None
             raise WriteError.of(self.name, list(req.updates), failures) from None
-
-    # -- reads ------------------------------------------------------------------------------
-    def _read(self, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
-        out = []
-        try:
-            for rep in self._client.read_one(entity):
-                out.extend(rep.entities)
-        except (grpc.RpcError, P4RuntimeException) as e:
-            raise SwitchError(f"switch {self.name}: read failed: {e}") from None
-        return out
-
-    def read_table(self, table: str) -> list[dict]:
-        info = self._index()
-        ent = p4runtime_pb2.Entity()
-        ent.table_entry.table_id = info.table(table).preamble.id
-        names = {f.id: f.name for f in info.match_fields(table)}
-        rows = []
-        for e in self._read(ent):
-            te = e.table_entry
-            action = te.action.action
-            pnames = {p.id: p.name for p in info.action_params(info.action_name(action.action_id))}
-            rows.append({
-                "match": {names[m.field_id]: decode_value(m.exact.value) for m in te.match},
-                "action": info.action_name(action.action_id),
-                "params": {pnames[p.param_id]: decode_value(p.value) for p in action.params},
-            })
-        return rows
-
-    def read_counter(self, counter: str, index: int | None = None) -> dict[int, tuple[int, int]]:
-        """{index: (packets, bytes)} for one cell, or for every cell when index is None."""
-        ent = p4runtime_pb2.Entity()
-        ent.counter_entry.counter_id = self._index().counter(counter).preamble.id
-        if index is not None:
-            ent.counter_entry.index.index = index
-        return {e.counter_entry.index.index: (e.counter_entry.data.packet_count,
-                                              e.counter_entry.data.byte_count)
-                for e in self._read(ent)}
-
-    def read_counter_cells(self, counter: str,
-                           indices: Iterable[int]) -> dict[int, tuple[int, int]]:
-        """{index: (packets, bytes)} of the given cells, in one request: cheaper than reading
-        a large counter whole, and than one request per cell."""
-        cid = self._index().counter(counter).preamble.id
-        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
-        if self._client.role_name is not None:  # as P4RuntimeClient.read_one does
-            req.role = self._client.role_name
-        for i in indices:
-            ent = req.entities.add()
-            ent.counter_entry.counter_id = cid
-            ent.counter_entry.index.index = i
-        if not req.entities:
-            return {}
-        try:
-            reps = list(self._client.stub.Read(req))
-        except grpc.RpcError as e:
-            raise SwitchError(f"switch {self.name}: read failed: {e.code().name}: "
-                              f"{e.details()}") from None
-        return {e.counter_entry.index.index: (e.counter_entry.data.packet_count,
-                                              e.counter_entry.data.byte_count)
-                for rep in reps for e in rep.entities}
-
-    def read_multicast_groups(self) -> dict[int, list[tuple[int, int]]]:
-        ent = p4runtime_pb2.Entity()
-        ent.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 0
-        groups = {}
-        for e in self._read(ent):
-            g = e.packet_replication_engine_entry.multicast_group_entry
-            groups[g.multicast_group_id] = [(r.egress_port, r.instance) for r in g.replicas]
-        return groups
