@@ -12,25 +12,19 @@ disagree with the fields they come from. No torch here: the controller imports t
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from passing import protocol as P
+from passing.host_params import HostParams, ParamsError, check_int
 
 FORMAT_VERSION = 1
 MODES = ("passing", "ina")
-_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 # The keys of the untyped dict agents read before FORMAT_VERSION 1 existed.
 _LEGACY_KEYS = frozenset({"udp_port", "agent_port", "slots", "hosts_total", "streams", "k",
                           "scale_bits", "contributors_total"})
-
-
-class ParamsError(ValueError):
-    """Agent parameters that cannot be used; the message names the field and says why."""
 
 
 MAX_STALENESS = 1 << 20
@@ -53,51 +47,6 @@ def check_patience(patience: tuple[float, ...]) -> None:
         shown = list(patience) if isinstance(patience, tuple) else repr(patience)
         raise ValueError(f"patience {shown}: [] (rounds wait for everyone), [P] seconds, or "
                          "[MIN, MAX] seconds (adaptive), each positive and finite, MIN <= MAX")
-
-
-def _check_int(where: str, value: Any, low: int, high: int) -> None:
-    # bool is an int in Python, but `true` for a port is a broken file, not port 1.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ParamsError(f"{where}: {value!r} is not an integer")
-    if not low <= value <= high:
-        raise ParamsError(f"{where}: {value} outside {low}..{high}")
-
-
-def _check_ipv4(where: str, value: Any) -> None:
-    try:
-        ipaddress.IPv4Address(value)
-    except (ipaddress.AddressValueError, ValueError, TypeError):
-        raise ParamsError(f"{where}: {value!r} is not an IPv4 address") from None
-
-
-@dataclass(frozen=True)
-class HostParams:
-    """One host of the job, as its agent needs it."""
-
-    name: str
-    host_ip: str  # the address the agent sends from and receives results on
-    switch_ip: str  # its ToR, where contributions are sent
-    # Its ToR's MAC: switches do not answer ARP, so a host needs a static entry for switch_ip.
-    switch_mac: str
-    # This host's contributor id at its ToR; in mode `ina`, the first of local_gpus
-    # consecutive ids (local rank i streams as contributor_id + i).
-    contributor_id: int
-    local_gpus: int  # local ranks: in `ina` each is a stream; in `passing` they pre-aggregate
-
-    def __post_init__(self) -> None:
-        where = f"hosts.{self.name}"
-        if not isinstance(self.name, str) or not self.name:
-            raise ParamsError(f"hosts: host name {self.name!r} is not a non-empty string")
-        _check_ipv4(f"{where}.host_ip", self.host_ip)
-        _check_ipv4(f"{where}.switch_ip", self.switch_ip)
-        if not isinstance(self.switch_mac, str) or not _MAC.match(self.switch_mac.lower()):
-            raise ParamsError(f"{where}.switch_mac: {self.switch_mac!r} is not a MAC address "
-                              "(aa:bb:cc:dd:ee:ff)")
-        _check_int(f"{where}.contributor_id", self.contributor_id, 0, P.MAX_FAN_IN - 1)
-        _check_int(f"{where}.local_gpus", self.local_gpus, 1, P.MAX_FAN_IN)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
 
 
 @dataclass(frozen=True)
@@ -135,14 +84,14 @@ class JobParams:
     policy: int = 0
 
     def __post_init__(self) -> None:
-        _check_int("job_id", self.job_id, 1, 0xFFFF)
-        _check_int("pool", self.pool, 0, 0x7FFFFFFF)
-        _check_int("policy", self.policy, 0, 0x7FFFFFFF)
+        check_int("job_id", self.job_id, 1, 0xFFFF)
+        check_int("pool", self.pool, 0, 0x7FFFFFFF)
+        check_int("policy", self.policy, 0, 0x7FFFFFFF)
         try:
             check_patience(self.patience)
         except ValueError as e:
             raise ParamsError(str(e)) from None
-        _check_int("staleness", self.staleness, 0, MAX_STALENESS)
+        check_int("staleness", self.staleness, 0, MAX_STALENESS)
         if self.values_per_packet != P.K:
             raise ParamsError(
                 f"values_per_packet: the job's switches take {self.values_per_packet!r} values "
@@ -155,9 +104,9 @@ class JobParams:
             bytes.fromhex(self.session_key)
         except (ValueError, TypeError):
             raise ParamsError("session_key: not a hexadecimal string of whole bytes") from None
-        _check_int("switch_udp_port", self.switch_udp_port, 1, 0xFFFF)
-        _check_int("agent_udp_port", self.agent_udp_port, 1, 0xFFFF)
-        _check_int("window", self.window, 0, P.SLOT_CAPACITY)
+        check_int("switch_udp_port", self.switch_udp_port, 1, 0xFFFF)
+        check_int("agent_udp_port", self.agent_udp_port, 1, 0xFFFF)
+        check_int("window", self.window, 0, P.SLOT_CAPACITY)
         if not isinstance(self.hosts, tuple) or not all(isinstance(h, HostParams)
                                                          for h in self.hosts):
             raise ParamsError("hosts: must be a tuple of HostParams")

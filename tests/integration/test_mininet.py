@@ -25,7 +25,7 @@ from topologies import network as network_module
 from topologies.exclusive import NetworkBusy
 from topologies.management import MGMT_BRIDGE, ManagementError
 from topologies.network import PassingNetwork
-from topologies.run import report_train
+from topologies.reports import report_train
 
 
 @pytest.fixture

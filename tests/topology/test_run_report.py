@@ -3,7 +3,8 @@ shaped link, and a CPU-bound notice when no link was close to busy (no root need
 
 from __future__ import annotations
 
-from topologies.run import CPU_BOUND_BELOW, report_allreduce
+from topologies.link_rate import CPU_BOUND_BELOW
+from topologies.reports import report_allreduce
 
 
 def host(busy: float | None, mbps: float = 100) -> dict:

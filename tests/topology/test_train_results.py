@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from topologies import training_runs
-from topologies.run import report_train
+from topologies.reports import report_train
 from topologies.train_results import collect
 from topologies.training import HostRun
 
