@@ -28,13 +28,13 @@ import torch.distributed as dist
 
 from host_agent import local_stage
 from host_agent.fixed_point import NonFiniteError
-from host_agent.host_collective import HostsSum
 from host_agent.local_channel import ChannelBroken
 from host_agent.pool_move import Policy
 from host_agent.pooled_stream import PooledStreamer
-from host_agent.session import agree_in_group
+from host_agent.session import job_session
 from host_agent.stream import SlotStreamer
 from host_agent.stream_api import SessionBroken, StreamConfig, SwitchTimeout, Transport
+from host_agent.tensor_sums import hosts_sum_over, round_into
 from host_agent.transport import UdpTransport
 from passing.contract import JobParams
 
@@ -50,36 +50,8 @@ _STAGES_MADE: dict[tuple[int, int, str], int] = {}
 NONFINITE_POLICIES = ("raise", "propagate")
 
 
-def switch_sum(streamer: SlotStreamer, tensor: torch.Tensor) -> torch.Tensor:
-    """The sum of `tensor` over the job's streams, through the switch, as a float64 CPU tensor
-    of its shape: the streamer works on float64 numpy values on the CPU."""
-    total = streamer.allreduce(tensor.detach().to("cpu", torch.float64).numpy())
-    return torch.from_numpy(np.asarray(total).reshape(tensor.shape))
-
-
-def stream_tensor(streamer: SlotStreamer, tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` summed through the switch by `streamer`, in place (on its own device and
-    dtype)."""
-    return tensor.copy_(switch_sum(streamer, tensor))
-
-
 class AllreduceError(RuntimeError):
     """The all-reduce could not be completed; raised on every local rank."""
-
-
-def job_session(params: JobParams, group: dist.ProcessGroup | None,
-                session: int | None) -> int:
-    """The run's session: `session` if the caller agreed on one with the other hosts, else one
-    agreed over the default process group, which must then span every host of the job (a
-    collective: every rank of it calls this)."""
-    if session is not None:
-        return session
-    if len(params.hosts) > 1 and dist.get_world_size() <= dist.get_world_size(group):
-        raise ValueError(
-            f"job {params.job_id} has {len(params.hosts)} hosts but the default process "
-            "group holds only this host's ranks, so the hosts cannot agree on a session: pass "
-            "session= (e.g. host_agent.session.agree_by_tcp between the hosts' leaders)")
-    return agree_in_group(None)
 
 
 class PassingAllreduce:
@@ -148,7 +120,7 @@ class PassingAllreduce:
                                params.streams, self.session,
                                local_gpus=self.local_size, **stream_options)
             self.stream = PooledStreamer(cfg, transport, params, params_source, poll, policy,
-                                         hosts_sum=_hosts_sum(hosts_group))
+                                         hosts_sum=hosts_sum_over(hosts_group))
 
     @property
     def streamer(self) -> SlotStreamer | None:
@@ -195,7 +167,7 @@ class PassingAllreduce:
             except ChannelBroken as e:
                 raise AllreduceError(str(e)) from None
         count = torch.tensor([ready], dtype=torch.int64, device=device)
-        self._local.broadcast([count], _from_leader()).wait()
+        self._local.broadcast([count], local_stage.from_leader()).wait()
         return int(count.item())
 
     def allreduce(self, tensor: torch.Tensor, divide_by: int = 1) -> torch.Tensor:
@@ -214,7 +186,7 @@ class PassingAllreduce:
                 except (local_stage.LocalStageMismatch, ChannelBroken) as e:
                     raise AllreduceError(str(e)) from None
             if stage is None:
-                self._local.reduce([local_sum], _reduce_to_leader()).wait()
+                self._local.reduce([local_sum], local_stage.reduce_to_leader()).wait()
             code, quorum, message = _OK, 0, ""
             if self.is_leader:
                 code, message = self._leader(stage, local_sum, work, divide_by)
@@ -231,7 +203,7 @@ class PassingAllreduce:
                 raise AllreduceError(message or _MESSAGES.get(code, "the leader failed"))
             self.quorum_mode = bool(quorum)
             if stage is None:
-                self._local.broadcast([work], _from_leader()).wait()
+                self._local.broadcast([work], local_stage.from_leader()).wait()
             elif not self.is_leader:
                 stage.take(work)
             if work is not t:
@@ -246,7 +218,7 @@ class PassingAllreduce:
             encoded = message.encode()[:_STATUS_BYTES - 2]
             status[0], status[1] = code, quorum
             status[2:2 + len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
-        self._local.broadcast([status], _from_leader()).wait()
+        self._local.broadcast([status], local_stage.from_leader()).wait()
         text = bytes(status[2:].cpu().tolist()).rstrip(b"\0").decode(errors="replace")
         return int(status[0]), int(status[1]), text
 
@@ -302,49 +274,8 @@ class PassingAllreduce:
             # a live change applies after the same call everywhere, pool_move): a bulk-
             # synchronous sum is never scaled, whatever total it was told to expect.
             sums *= complete / np.maximum(counts, 1)
-        _round_into(out, sums, divide_by)
+        round_into(out, sums, divide_by)
         return _OK, ""
-
-
-def _round_into(out: torch.Tensor, sums: np.ndarray, divide_by: int) -> None:
-    """`sums` (float64, one per element of the contiguous `out`; may be changed) divided by
-    `divide_by` and rounded once to out's dtype, into `out`: straight from numpy where out is
-    a float32 or float64 CPU tensor, through a CPU tensor otherwise (another device, half
-    precision)."""
-    if out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64):
-        dst = out.numpy().reshape(-1)
-        with np.errstate(over="ignore"):  # beyond float32: inf, as torch's copy gives
-            if divide_by != 1:
-                np.divide(sums, divide_by, out=dst, casting="same_kind")
-            else:
-                np.copyto(dst, sums, casting="same_kind")
-        return
-    if divide_by != 1:
-        np.divide(sums, divide_by, out=sums)
-    out.copy_(torch.from_numpy(sums).reshape(out.shape))
-
-
-def _hosts_sum(group: dist.ProcessGroup | None) -> HostsSum | None:
-    """The host collective's sum over `group` (the hosts' leaders): float64 on the CPU, in
-    place."""
-    if group is None or group == dist.GroupMember.NON_GROUP_MEMBER:
-        return None
-
-    def hosts_sum(values: np.ndarray) -> None:
-        group.allreduce([torch.from_numpy(values)]).wait()
-    return hosts_sum
-
-
-def _reduce_to_leader() -> dist.ReduceOptions:
-    opts = dist.ReduceOptions()
-    opts.reduceOp, opts.rootRank = dist.ReduceOp.SUM, 0
-    return opts
-
-
-def _from_leader() -> dist.BroadcastOptions:
-    opts = dist.BroadcastOptions()
-    opts.rootRank = 0
-    return opts
 
 
 def passing_hook(state: tuple[PassingAllreduce, int],

@@ -233,3 +233,17 @@ class SharedLocalStage:
         if self.fresh_token:
             self.mapping.unlink()
         self._give_up()
+
+
+def reduce_to_leader() -> dist.ReduceOptions:
+    """The local group's reduce of the ranks' tensors onto the leader (local rank 0)."""
+    opts = dist.ReduceOptions()
+    opts.reduceOp, opts.rootRank = dist.ReduceOp.SUM, 0
+    return opts
+
+
+def from_leader() -> dist.BroadcastOptions:
+    """The local group's broadcast from the leader."""
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    return opts

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from host_agent.listener import wait_for_listener
+from passing.contract import JobParams
 
 
 class RendezvousError(RuntimeError):
@@ -129,3 +130,18 @@ def agree_by_tcp(host: str, port: int, job_id: int, host_index: int, parties: in
         raise RendezvousError(f"cannot {role} the session rendezvous at {host}:{port}: "
                               f"{e}") from None
     return agree_by_store(store, job_id, host_index, parties, timeout, key), store
+
+
+def job_session(params: JobParams, group: dist.ProcessGroup | None,
+                session: int | None) -> int:
+    """The run's session: `session` if the caller agreed on one with the other hosts, else one
+    agreed over the default process group, which must then span every host of the job (a
+    collective: every rank of it calls this)."""
+    if session is not None:
+        return session
+    if len(params.hosts) > 1 and dist.get_world_size() <= dist.get_world_size(group):
+        raise ValueError(
+            f"job {params.job_id} has {len(params.hosts)} hosts but the default process "
+            "group holds only this host's ranks, so the hosts cannot agree on a session: pass "
+            "session= (e.g. host_agent.session.agree_by_tcp between the hosts' leaders)")
+    return agree_in_group(None)

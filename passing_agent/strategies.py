@@ -21,10 +21,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from host_agent.allreduce import PassingAllreduce, stream_tensor
+from host_agent.allreduce import PassingAllreduce
 from host_agent.pool_move import pool_session
 from host_agent.session import agree_in_group
 from host_agent.stream import SlotStreamer, StreamConfig, Transport
+from host_agent.tensor_sums import stream_tensor
 from host_agent.transport import UdpTransport
 from passing.contract import JobParams
 from passing_agent import STRATEGIES
