@@ -24,6 +24,7 @@ from host_agent.job_source import params_from_env
 from passing.contract import JobParams
 from passing_agent import check
 from passing_agent.check import Answers, expected_sum, rank_tensor
+from passing_agent.rank_report import link_bytes, pools_report, stream_counts, timed_link_bytes
 
 _GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 
@@ -238,7 +239,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
         t = torch.empty_like(base)  # the same memory every call: no page faults
         for it in range(args["warmup"] + args["iters"]):  # warm-up calls are not timed
             if it == args["warmup"] and rank == 0:
-                timed_from = _link_bytes(args["ifname"])
+                timed_from = link_bytes(args["ifname"])
             t.copy_(base)
             # The first call waits as long as the rendezvous (hosts finish starting at
             # different times); later ones only as long as a call may take.
@@ -251,7 +252,7 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
             # Every call is checked, the warm-ups too: a wrong first answer is still wrong.
             answers.check(t.cpu().numpy())
         # The leader reports for the host; every local rank's calls count.
-        link = _timed_link_bytes(timed_from, args["ifname"], args["iters"]) if rank == 0 else {}
+        link = timed_link_bytes(timed_from, args["ifname"], args["iters"]) if rank == 0 else {}
         report = torch.tensor([answers.wrong, max(answers.excess)], dtype=torch.float64)
         dist.all_reduce(report, op=dist.ReduceOp.MAX)
         if rank == 0:
@@ -264,61 +265,11 @@ def _command(rank: int, args: dict, out, closers: list) -> None:
                      "spans": spans, "start_line_sent": line.sent,
                      "call_errors": answers.errors, "tolerance": float(np.max(tol)),
                      "error_vs_bound": float(report[1]), "wrong_values": int(report[0]),
-                     "contributors": count, **_stream_counts(stats), **_pools(passing),
+                     "contributors": count, **stream_counts(stats), **pools_report(passing),
                      **link})
         dist.destroy_process_group()
     except Exception as e:
         out.put({"ok": False, "rank": rank, "error": f"{type(e).__name__}: {e}"})
-
-
-def _pools(passing) -> dict:
-    """The leader's pool moves ([call, pool, window] each) and the window it ended in; {} for
-    the baselines."""
-    stream = getattr(passing, "stream", None)
-    if stream is None:
-        return {}
-    return {"pool_moves": [list(m) for m in stream.vote.moves],
-            "window": stream.streamer.cfg.window, "host_calls": stream.host_calls}
-
-
-def _link_bytes(ifname: str | None) -> tuple[int, int] | None:
-    """(tx, rx) bytes the host's data interface has carried so far, read where the ranks run
-    (the host's namespace); None without an interface named."""
-    if not ifname:
-        return None
-    try:
-        return tuple(int(open(f"/sys/class/net/{ifname}/statistics/{d}_bytes").read())
-                     for d in ("tx", "rx"))
-    except (OSError, ValueError):
-        return None
-
-
-def _timed_link_bytes(start: tuple[int, int] | None, ifname: str | None, calls: int) -> dict:
-    """Bytes per timed call on the host link, each way: the warm-ups left out, as they are of
-    the times (a warm-up of a switch strategy also agrees each slot's scale, which the timed
-    calls, speculating, skip). {} where the interface could not be read."""
-    end = _link_bytes(ifname)
-    if start is None or end is None or calls <= 0:
-        return {}
-    return {"timed_tx_bytes": (end[0] - start[0]) / calls,
-            "timed_rx_bytes": (end[1] - start[1]) / calls}
-
-
-def _stream_counts(stats) -> dict:
-    """What this rank's own switch stream sent (zero for strategies without one)."""
-    return {"packets": stats.packets if stats else 0,
-            "retransmissions": stats.retransmissions if stats else 0,
-            "fast_retransmissions": stats.fast_retransmissions if stats else 0,
-            "probes": stats.probes if stats else 0,
-            "rotated": stats.rotated if stats else 0,
-            # fragments sent at a speculative scale, and those of them sent again
-            "speculated": stats.speculated if stats else 0,
-            "spec_missed": stats.spec_missed if stats else 0,
-            # passes of the window's loop that took results, those after which it waited
-            # for more (host_agent.stream, gathering), and how long it waited in all
-            "passes": stats.passes if stats else 0,
-            "gathers": stats.gathers if stats else 0,
-            "gathered_s": stats.gathered_s if stats else 0.0}
 
 
 def _train(allreduce, ranks, args: dict, stats, ready) -> dict:
@@ -331,7 +282,7 @@ def _train(allreduce, ranks, args: dict, stats, ready) -> dict:
                 seed=args["seed"], global_batch=args["global_batch"] or 8 * world,
                 model=args["model"], eval_every=args["eval_every"], ready=ready)
     res.update({"ok": True, "rank": ranks.local_rank, "strategy": args["strategy"],
-                "world": world, **_stream_counts(stats)})
+                "world": world, **stream_counts(stats)})
     return res
 
 

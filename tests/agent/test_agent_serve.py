@@ -239,16 +239,16 @@ def test_the_bytes_of_the_timed_calls_are_read_from_the_named_interface():
     """What an agent reports as its host link's bytes per timed call: the interface's own
     counters, read before and after (here loopback, with 20 KB sent between the reads), per
     call; nothing where the interface cannot be read, rather than a made-up zero."""
-    from passing_agent import worker
+    from passing_agent import rank_report as worker
 
-    start = worker._link_bytes("lo")
+    start = worker.link_bytes("lo")
     assert start is not None and min(start) >= 0
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         for _ in range(20):
             s.sendto(bytes(1000), s.getsockname())
-    per_call = worker._timed_link_bytes(start, "lo", 2)
+    per_call = worker.timed_link_bytes(start, "lo", 2)
     assert per_call["timed_tx_bytes"] >= 10_000 and per_call["timed_rx_bytes"] >= 10_000
-    assert worker._link_bytes("no-such-if0") is None and worker._link_bytes(None) is None
-    assert worker._timed_link_bytes(None, "lo", 2) == {}
-    assert worker._timed_link_bytes(start, "no-such-if0", 2) == {}
+    assert worker.link_bytes("no-such-if0") is None and worker.link_bytes(None) is None
+    assert worker.timed_link_bytes(None, "lo", 2) == {}
+    assert worker.timed_link_bytes(start, "no-such-if0", 2) == {}
