@@ -23,7 +23,7 @@ import numpy as np
 
 from host_agent.session import new_session
 from host_agent.stream import SlotStreamer, StreamConfig
-from host_agent.transport import UdpTransport
+from host_agent.transport import RECEIVE_SLOT, UdpTransport
 from passing import mmsg, packet
 from passing import protocol as P
 from passing_agent.sizes import parse_size
@@ -80,7 +80,7 @@ def _echo(port_out, stop, batched: bool) -> None:
     sock.bind(("127.0.0.1", 0))
     sock.settimeout(0.2)
     port_out.put(sock.getsockname()[1])
-    receiver = mmsg.Receiver(slot=max(2048, P.PAYLOAD_BYTES)) if batched else None
+    receiver = mmsg.Receiver(slot=RECEIVE_SLOT) if batched else None
     while not stop.is_set():
         try:
             payload, addr = sock.recvfrom(65535)

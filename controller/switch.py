@@ -22,11 +22,9 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
 from controller.grpc_dump import MessageDump
-from controller.switch_errors import SwitchError, WriteError, write_failures
+from controller.switch_errors import SwitchError, Update, WriteError, write_failures
 from controller.switch_reads import SwitchReads
 from passing.p4info import P4InfoIndex, encode_value
-
-Update = p4runtime_pb2.Update
 
 
 class _Client(P4RuntimeClient):

@@ -75,7 +75,10 @@ def default_segments() -> int:
 
 IP_MTU = 14  # <linux/in.h>: a connected socket's path MTU
 # The packet's IPv4 size: what every link to the switch must carry whole.
-_PACKET_IP_BYTES = P.IPV4_HEADER_BYTES + P.UDP_HEADER_BYTES + P.PAYLOAD_BYTES
+_PACKET_IP_BYTES = P.IPV4_PACKET_BYTES
+# recvmmsg slot: a payload at every K (8,220 bytes at K=2048); a longer datagram comes back
+# marked cut (mmsg.Receiver) and is counted as another size.
+RECEIVE_SLOT = max(2048, P.PAYLOAD_BYTES)
 
 
 def _check_path_mtu(sock: socket.socket, switch_ip: str) -> None:
@@ -116,10 +119,7 @@ class UdpTransport:
         self.sock.setblocking(False)
         self.dropped_on_send = 0
         self._batched = batched and mmsg.available()
-        # A slot holds a payload at every K (8,220 bytes at K=2048); a longer datagram comes
-        # back marked cut (mmsg.Receiver) and is counted as another size.
-        self._receiver = mmsg.Receiver(slot=max(2048, P.PAYLOAD_BYTES)) \
-            if self._batched else None
+        self._receiver = mmsg.Receiver(slot=RECEIVE_SLOT) if self._batched else None
         if self.segments > 1 and not (self._batched and _can_segment(self.sock)):
             self.segments = 1
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from passing import lanes
 from passing import protocol as P
-from tests.lane_values import k_values
+from tests.lane_values import EDGES, k_values
 
 lane_values = k_values()
 
@@ -25,7 +25,6 @@ def test_swar_sum_equals_numpy_int32_sum(contributions):
     assert 0 <= row < 2**lanes.ROW_BITS
 
 
-EDGES = np.array([0, 1, -1, 2**31 - 1, -(2**31)], dtype=np.int64)
 
 
 @settings(max_examples=300, deadline=None)

@@ -113,7 +113,7 @@ def _send_and_take(rows: np.ndarray, segments: int) -> None:
     a, b = _pair()
     try:
         assert mmsg.send_rows(a, rows, segments) == (len(rows), 0)
-        rx = mmsg.Receiver(batch=256, slot=max(2048, P.PAYLOAD_BYTES))
+        rx = mmsg.Receiver(batch=256, slot=transport.RECEIVE_SLOT)
         assert _drain(rx, b, len(rows), rows.shape[1]) == [r.tobytes() for r in rows]
         assert len(rx.receive(b)[1]) == 0
     finally:
@@ -138,7 +138,7 @@ def test_a_socket_that_cannot_segment_sends_every_row_one_by_one():
             agent.send_rows(payloads[:20])
         assert agent.segments == 1 and agent.dropped_on_send == 0
         agent.send_rows(payloads[20:])
-        rx = mmsg.Receiver(batch=64, slot=max(2048, P.PAYLOAD_BYTES))
+        rx = mmsg.Receiver(batch=64, slot=transport.RECEIVE_SLOT)
         got = _drain(rx, switch, 50, P.PAYLOAD_BYTES)
         assert got == [r.tobytes() for r in payloads]
     finally:
