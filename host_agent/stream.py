@@ -47,6 +47,7 @@ import numpy as np
 
 from host_agent import fixed_point as fx
 from host_agent import window_c
+from host_agent.congestion import CongestionWindow
 from host_agent.scratch import Scratch
 from host_agent.stream_api import (
     SessionBroken,
@@ -110,7 +111,8 @@ class SlotStreamer:
                               self._stats)
         self._reader = Reader(transport, f"passing-drain-{cfg.job_id}", self._intake.keep_idle)
         self._loop = CallLoop(self._sender, self._intake, self._reader, self._timers,
-                              self._early, self.rounds, self._stats)
+                              self._early, self.rounds, self._stats,
+                              CongestionWindow(cfg.window))
         # By fragment count, what the session's last call of that many fragments proposed
         # (host_agent.stream_scales), and the results of rounds this host has not sent yet,
         # by (slot, round) (host_agent.stream_early).

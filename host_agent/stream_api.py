@@ -98,6 +98,9 @@ class StreamStats:
     passes: int = 0  # passes of the window's loop that took results
     gathers: int = 0  # ... after which it waited for more (stream_timers.gather_pause)
     gathered_s: float = 0.0  # ... for this long in all
+    marks: int = 0  # results taken that carried a switch's congestion mark (FLAG_CONGESTED)
+    window_cuts: int = 0  # times the congestion window shrank (marks, or a loss)
+    window: int = 0  # the congestion window after the last call: packets in flight at most
 
 
 def check_out(out: np.ndarray | None, n: int) -> None:

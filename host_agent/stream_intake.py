@@ -19,6 +19,9 @@ from host_agent.window_c import CompiledWindow
 from passing import packet
 from passing import protocol as P
 
+MARK = int(P.Flag.CONGESTED)
+UNMARKED = 0xFF ^ MARK  # a result's flags, its congestion mark aside
+
 
 def records(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Datagram rows as PASSING records, and each one's slot as an index."""
@@ -50,7 +53,8 @@ class Intake:
 
     def ours(self, recs: np.ndarray, slot: np.ndarray) -> np.ndarray:
         """Which records are results of this job's session, on a slot of its window."""
-        return ((recs["job_id"] == self.job_id) & (recs["flags"] == self.result_flags)
+        return ((recs["job_id"] == self.job_id)
+                & ((recs["flags"] & UNMARKED) == self.result_flags)
                 & (recs["session"] == self.session) & (slot < self.window))
 
     def keep_idle(self, rows: np.ndarray, other: int) -> None:
@@ -98,6 +102,7 @@ class Intake:
         if not t.slots.size:
             return t.slots, -1, t.more
         call.missed += t.missed
+        self.stats.marks += t.marked
         self.timers.note_round_trips(t.rtt_median, t.rtt_min)
         self.stats.results += t.slots.size
         return t.slots, t.newest, t.more
@@ -129,4 +134,5 @@ class Intake:
                                      float(rtts.min()) if rtts.size else None)
         newest = settle(call, slots)
         self.stats.results += keep.size
+        self.stats.marks += int(np.count_nonzero(recs["flags"][keep] & MARK))
         return slots, recs["frag"][keep].astype(np.int64), recs[keep], newest

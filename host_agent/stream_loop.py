@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from host_agent.congestion import CongestionWindow, SendGate
 from host_agent.stream_api import StreamConfig, StreamStats, SwitchTimeout
 from host_agent.stream_call import Call
 from host_agent.stream_early import EarlyResults
@@ -19,14 +20,36 @@ from host_agent.stream_sender import Sender
 from host_agent.stream_timers import LinkTimers
 from host_agent.stream_window import Recovery, overdue, probe_turn
 
+NOTHING = np.zeros(0, dtype=np.int64)
+
 
 class CallLoop:
     """Runs calls with one streamer's parts; `rounds` is the session's array."""
 
     def __init__(self, sender: Sender, intake: Intake, reader: Reader, timers: LinkTimers,
-                 early: EarlyResults, rounds: np.ndarray, stats: StreamStats):
+                 early: EarlyResults, rounds: np.ndarray, stats: StreamStats,
+                 window: CongestionWindow):
         self.sender, self.intake, self.reader, self.timers = sender, intake, reader, timers
         self.early, self.rounds, self.stats = early, rounds, stats
+        self.window, self.gate = window, SendGate()
+
+    def admit(self, call: Call, ready: np.ndarray) -> None:
+        """Launch what the congestion window lets out of the held slots and `ready`."""
+        pending = call.pending
+        in_flight = int(np.count_nonzero(pending))
+        allowed = self.window.allowed
+        if not self.gate.holding and in_flight + ready.size <= allowed:
+            if ready.size:
+                self.launch(call, ready)
+            return
+        keys = call.step[ready] * call.used + ready
+        earliest = None
+        if in_flight:
+            waiting = np.flatnonzero(pending)
+            earliest = int((call.step[waiting] * call.used + waiting).min())
+        go = self.gate.admit(ready, keys, in_flight, allowed, earliest)
+        if go.size:
+            self.launch(call, go)
 
     def run(self, call: Call, cfg: StreamConfig, patience: float | None, forced: bool
             ) -> float | None:
@@ -37,7 +60,9 @@ class CallLoop:
         stats, timers, sender, intake = self.stats, self.timers, self.sender, self.intake
         receive = self.reader.receive
         measuring = cfg.patience_min is not None
-        self.launch(call, np.arange(call.used, dtype=np.int64))
+        self.gate.clear()
+        self.admit(call, np.arange(call.used, dtype=np.int64))
+        window, gate = self.window, self.gate
         started = time.monotonic()
         rec = Recovery(started, timers.max_rto)
         taken = 0
@@ -48,11 +73,12 @@ class CallLoop:
         period = timers.probe_period(call.pending, None, answered=False)
         first_at: float | None = None
         first_n = 0
-        while call.pending.any():
+        while call.pending.any() or gate.holding:
             wake = rec.wake(call, period, patience)
             if taken:
                 self.gather(call, taken, stats.results - results0, started, wake)
             rows, other = receive(max(wake - time.monotonic(), 0.0))
+            marks0 = stats.marks
             if call.ctx is not None:
                 slots, newest, more = intake.take(rows, other, call)
             else:
@@ -65,10 +91,11 @@ class CallLoop:
             if slots.size:
                 stats.passes += 1
                 rec.answered(call, now, newest)
-                if more.size:
-                    self.launch(call, more)
+                window.on_results(slots.size, stats.marks - marks0)
+                self.admit(call, more)
                 lost = rec.overtaken(call)
                 if lost.size:
+                    window.on_loss()
                     sender.resend(call, lost, now, probe=False)
                     stats.fast_retransmissions += lost.size
                 got = stats.results - results0
@@ -78,6 +105,9 @@ class CallLoop:
                                                                        now - first_at),
                                              answered=True)
             if not call.pending.any():
+                if gate.holding:
+                    self.admit(call, NOTHING)
+                    continue
                 break
             if patience is not None and now - rec.last_progress >= patience:
                 due = overdue(call, now, patience)
@@ -88,12 +118,14 @@ class CallLoop:
                 raise self._timeout(call, cfg)
             if now >= rec.probe_due(period):
                 newest_slot, turn = probe_turn(call)
+                window.on_loss()
                 sender.resend(call, newest_slot, now, probe=True)
                 stats.probes += 1
                 if turn.size:
                     sender.resend(call, turn, now, probe=False, rotated=True)
                     stats.rotated += turn.size
                 rec.probed(now)
+        stats.window_cuts, stats.window = window.cuts, window.allowed
         if first_at is not None:
             pace = timers.pace(stats.results - results0 - first_n, time.monotonic() - first_at)
             if pace is not None:

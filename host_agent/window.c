@@ -183,12 +183,12 @@ void wc_take(const uint64_t *x, const uint8_t *rows, int64_t n, double now, uint
     const uint32_t tag = (uint32_t)x[X_TAG], job = (uint32_t)x[X_JOB];
     const uint8_t result_flags = (uint8_t)x[X_RESULT_FLAGS];
     const uint64_t session = x[X_SESSION];
-    int64_t taken = 0, nmore = 0, newest = -1, clean = 0, missed = 0;
+    int64_t taken = 0, nmore = 0, newest = -1, clean = 0, missed = 0, marked = 0;
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *r = rows + i * PAYLOAD_BYTES;
         const int64_t s = get16(r + OFF_SLOT);
         code[i] = 0;
-        if (get16(r + OFF_JOB_ID) != job || r[OFF_FLAGS] != result_flags
+        if (get16(r + OFF_JOB_ID) != job || (r[OFF_FLAGS] & ~FLAG_CONGESTED) != result_flags
                 || get64(r + OFF_SESSION) != session || s >= window)
             continue;
         const int64_t f = get32(r + OFF_FRAG);
@@ -197,6 +197,7 @@ void wc_take(const uint64_t *x, const uint8_t *rows, int64_t n, double now, uint
                 || p_round[s] != get32(r + OFF_ROUND))
             continue;
         code[i] = 1;
+        marked += (r[OFF_FLAGS] & FLAG_CONGESTED) != 0;
         pending[s] = 0;
         slots[taken] = s;
         keep[taken++] = i;
@@ -264,4 +265,5 @@ void wc_take(const uint64_t *x, const uint8_t *rows, int64_t n, double now, uint
     res[2] = newest;
     res[3] = clean;
     res[4] = missed;
+    res[5] = marked;
 }

@@ -55,7 +55,7 @@ def _defines() -> dict[str, int]:
     d.update({"K": P.K, "PAYLOAD_BYTES": P.PAYLOAD_BYTES, "EXP_BIAS": fx.EXP_BIAS,
               "POISON": fx.POISON, "MIN_E": fx._MIN_E, "SPEC_SLACK": fx.SPEC_SLACK,
               "TAG_LAST": TAG_LAST, "FLAG_CONTRIB": int(P.Flag.CONTRIB),
-              "FLAG_CLOSE": int(P.Flag.CLOSE)})
+              "FLAG_CLOSE": int(P.Flag.CLOSE), "FLAG_CONGESTED": int(P.Flag.CONGESTED)})
     return d
 
 
@@ -100,10 +100,12 @@ class Taken:
     """What `CompiledWindow.take` took from a batch of results."""
 
     def __init__(self, code: np.ndarray, slots: np.ndarray, keep: np.ndarray, more: np.ndarray,
-                 newest: int, rtt_median: float | None, rtt_min: float | None, missed: int):
+                 newest: int, rtt_median: float | None, rtt_min: float | None, missed: int,
+                 marked: int = 0):
         self.code, self.slots, self.keep, self.more = code, slots, keep, more
         self.newest, self.rtt_median, self.rtt_min, self.missed = newest, rtt_median, rtt_min, \
             missed
+        self.marked = marked  # results taken that carried FLAG_CONGESTED
 
     @property
     def unmatched(self) -> np.ndarray:
@@ -166,13 +168,14 @@ class CompiledWindow:
         code = np.empty(n, dtype=np.uint8)
         slots, keep, more = (np.empty(n, dtype=np.int64) for _ in range(3))
         rtt = np.empty(n + 2, dtype=np.float64)
-        res = np.zeros(5, dtype=np.int64)
+        res = np.zeros(6, dtype=np.int64)
         self.dll.wc_take(ctx.ctypes.data, rows.ctypes.data, n, now, code.ctypes.data,
                          slots.ctypes.data, keep.ctypes.data, more.ctypes.data,
                          rtt.ctypes.data, res.ctypes.data)
-        taken, nmore, newest, clean, missed = (int(v) for v in res)
+        taken, nmore, newest, clean, missed, marked = (int(v) for v in res)
         return Taken(code, slots[:taken], keep[:taken], more[:nmore], newest,
-                     float(rtt[0]) if clean else None, float(rtt[1]) if clean else None, missed)
+                     float(rtt[0]) if clean else None, float(rtt[1]) if clean else None, missed,
+                     marked)
 
 
 def main() -> int:

@@ -85,6 +85,10 @@ control PassingEgress(inout headers_t hdr, inout metadata_t meta,
     apply {
         if (hdr.passing.isValid()) {
             peers.apply(hdr, meta, sm);
+            /* ECN for aggregation: this copy waited behind MARK_QDEPTH packets or more. */
+            if (sm.enq_qdepth >= MARK_QDEPTH) {
+                hdr.passing.flags = hdr.passing.flags | FLAG_CONGESTED;
+            }
         } else {
             prune.apply(meta, sm);
         }

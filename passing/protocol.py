@@ -102,7 +102,7 @@ HEADER_FIELDS: tuple[Field, ...] = (
     Field("contributor", 8, "Sender's contributor id within its group at this switch (0..31); "
           "in results, the recipient's id."),
     Field("flags", 8, "Bit 0 CONTRIB, bit 1 RESULT, bit 2 RETRANS, bit 3 CLOSE (with CONTRIB "
-          "only); other bits must be 0."),
+          "only), bit 4 POOL, bit 5 CONGESTED (set by switches); other bits must be 0."),
     Field("version", 8, "Bit 0: the low bit of `round` (the slot's SwitchML shadow copy); bits "
           "1-7: the pool's epoch, its number modulo 128 (see Live pool resizing)."),
     Field("level", 8, "Aggregation level: 0 host to ToR, 1 ToR to spine."),
@@ -144,9 +144,18 @@ class Flag(enum.IntFlag):
     # Which of the job's two pools (job_config's second key): a live resize moves the agents
     # from one to the other at a call boundary (docs/protocol.md, "Live pool resizing").
     POOL = 0x10
+    # Congestion experienced: a switch's egress queue held MARK_QDEPTH packets or more when
+    # this packet (or one counted into its slot's round) passed; the agents' congestion
+    # windows shrink on it (docs/protocol.md, "Congestion control"). It never changes a sum.
+    CONGESTED = 0x20
 
 
-FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS | Flag.CLOSE | Flag.POOL)
+FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS | Flag.CLOSE | Flag.POOL
+                 | Flag.CONGESTED)
+# The egress queue depth, in packets, from which a switch marks PASSING packets CONGESTED (the
+# P4 program's enq_qdepth; the model's count of queued bytes over FRAME_BYTES): under BMv2's
+# default 64-packet queues, so marks come before drops.
+MARK_QDEPTH = 32
 
 # A pool's epoch, in the version's upper 7 bits: its number (JobParams.pool) modulo 128. FLAG_POOL
 # alone repeats every second resize; a delayed packet of the pool two resizes back must not be

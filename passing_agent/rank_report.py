@@ -51,4 +51,9 @@ def stream_counts(stats) -> dict:
             # for more (host_agent.stream, gathering), and how long it waited in all
             "passes": stats.passes if stats else 0,
             "gathers": stats.gathers if stats else 0,
-            "gathered_s": stats.gathered_s if stats else 0.0}
+            "gathered_s": stats.gathered_s if stats else 0.0,
+            # the congestion window (host_agent.congestion): results that came marked, times
+            # it shrank, and its size after the last call
+            "marks": stats.marks if stats else 0,
+            "window_cuts": stats.window_cuts if stats else 0,
+            "window": stats.window if stats else 0}

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev gcc libc6-dev make iproute2 iputils-ping ethtool tcpdump nftables mininet python3-simgrid)
+APT_PACKAGES=(python3 python3-venv python3-dev gcc libc6-dev make iproute2 iputils-ping ethtool tcpdump nftables iperf3 mininet python3-simgrid)
 
 if [ "$(id -u)" -eq 0 ]; then
     missing=()

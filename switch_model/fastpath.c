@@ -18,13 +18,16 @@
 #include <errno.h>
 #include <linux/if_packet.h>
 #include <stdint.h>
+#include <linux/sockios.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #define IPV4_OFF 14
 #define UDP_OFF 34
 #define PASSING_OFF 42
+#define FLAGS_OFF (PASSING_OFF + 5) /* job_id, slot, contributor before it */
 #define VALUES_OFF (PASSING_OFF + HEADER_BYTES)
 #define VALUES_BYTES (K * 4)
 #define PASSING_END (VALUES_OFF + VALUES_BYTES)
@@ -32,6 +35,7 @@
 #define PASSING_IPV4_LEN (20 + PASSING_UDP_LEN)
 #define FLAG_READY 1
 #define FLAG_CLOSED 2
+#define FLAG_MARKED 4 /* a packet counted into the round carried FLAG_CONGESTED */
 
 /* ctx: addresses and sizes of the arrays Python shares (FastPath._ctx builds it). */
 enum {
@@ -207,9 +211,12 @@ static int aggregate(const uint64_t *ctx, const uint8_t *frame, const uint64_t *
     struct vword w = cur;
     if (overwrite) { w.exp = h->exp; w.nsum = h->num_contrib; }
     else if (is_new) { if (h->exp > w.exp) w.exp = h->exp; w.nsum = (w.nsum + h->num_contrib) & 0xFFFF; }
+    int marked = ((is_new || event == EVT_DOWNLINK) && (h->flags & FLAG_CONGESTED))
+        || (!restart && (cur.flags & FLAG_MARKED));
     if (is_mcast(event)) w.flags = FLAG_READY | FLAG_CLOSED;
     else if (event == EVT_COMPLETE_UP || event == EVT_CLOSED_UP) w.flags = FLAG_CLOSED;
     else if (first) w.flags = 0;
+    if (marked) w.flags |= FLAG_MARKED;
     if (restart) { w.bitmap = is_new ? mybit : 0; w.round = h->round; }
     else if (is_new) w.bitmap |= mybit;
     w.count = cnt;
@@ -310,7 +317,7 @@ static void passing(const uint64_t *ctx, uint32_t port, const uint8_t *frame, ui
     } else {
         flags = FLAG_RESULT;
     }
-    flags |= h.flags & FLAG_POOL;
+    flags |= (h.flags & FLAG_POOL) | ((mine.flags & FLAG_MARKED) ? FLAG_CONGESTED : 0);
     uint8_t tail[HEADER_BYTES - 5];
     tail[0] = flags; tail[1] = h.version; tail[2] = level;
     put32(tail + 3, h.frag); put32(tail + 7, h.round);
@@ -357,6 +364,14 @@ int64_t fp_run(const uint64_t *ctx, const uint8_t *rx, uint64_t stride, const ui
 
 /* -- the port loop's receive and send, for the switch process (switch_model/ports.py) -------- */
 
+/* The egress queue's depth, as the P4 program's enq_qdepth >= MARK_QDEPTH: the bytes the
+ * kernel still holds of what this switch sent on the port (SIOCOUTQ: frames queued in the
+ * link's qdisc, each counted with its buffer) against MARK_BYTES (fastpath.py says why). */
+static int queue_deep(int fd) {
+    int queued = 0;
+    return ioctl(fd, SIOCOUTQ, &queued) == 0 && queued >= MARK_BYTES;
+}
+
 /* Every copy made since the last flush out of its egress port, each port's in the order made,
  * as many per sendmmsg as the kernel takes; a copy the kernel refuses is counted and skipped
  * (as Ports.send does). */
@@ -388,6 +403,8 @@ static void flush(const uint64_t *ctx, uint64_t *io) {
             m++;
         }
         if (port >= ctx[C_NPORTFD] || fds[port] < 0) continue; /* no such port: dropped */
+        if (queue_deep((int)fds[port]))
+            for (int c = 0; c < m; c++) ((uint8_t *)iov[c].iov_base)[FLAGS_OFF] |= FLAG_CONGESTED;
         int sent = 0;
         while (sent < m) {
             int r = sendmmsg((int)fds[port], hdr + sent, m - sent, 0);

@@ -35,6 +35,13 @@ PATH_ENV = "PASSING_MODEL_PIPELINE"
 FAST_MAX_FRAME = max(2048, -(-P.FRAME_BYTES // 1024) * 1024)
 MAX_COPIES = 64  # the most replicas of a multicast group the compiled path copies to
 OUT_FRAMES = 4096
+RX_BATCH = 64  # frames the port loop takes from one port per system call (switch_model.ports)
+# The model's congestion mark (docs/protocol.md, "Congestion control"): the P4 program's
+# enq_qdepth >= MARK_QDEPTH, read from the bytes the kernel holds of the model's frames on the
+# port (SIOCOUTQ), where each frame counts with its buffer, about twice its length, and
+# beyond one receive batch: the model sends a batch's copies to a port at once, a burst BMv2,
+# one packet at a time, never makes, and which must not alone mark a job that fits its links.
+MARK_BYTES = (P.MARK_QDEPTH + RX_BATCH) * 2 * P.FRAME_BYTES
 OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME
 
 # The layout of ctx, as fastpath.c's enum.
@@ -59,7 +66,8 @@ def _defines() -> dict[str, int]:
     d = {"K": P.K, "HEADER_BYTES": P.HEADER_BYTES, "PASSING_PORT": P.PASSING_UDP_PORT,
          "FLAGS_KNOWN": P.FLAGS_MASK, "ROLE_ROOT": int(P.Role.ROOT),
          "JOB_STATS_STRIDE": P.JOB_STATS_STRIDE, "MAX_FAN_IN": P.MAX_FAN_IN,
-         "FAST_MAX_FRAME": FAST_MAX_FRAME, "MAX_COPIES": MAX_COPIES, "OUT_FRAMES": OUT_FRAMES}
+         "FAST_MAX_FRAME": FAST_MAX_FRAME, "MAX_COPIES": MAX_COPIES, "OUT_FRAMES": OUT_FRAMES,
+         "MARK_BYTES": MARK_BYTES}
     d.update({f"FLAG_{f.name}": int(f) for f in Flag})
     d.update({f"DROP_{e.name}": int(e) for e in JobDrop})
     d.update({f"EVT_{e.name}": int(e) for e in JobEvent})

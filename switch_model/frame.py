@@ -57,9 +57,9 @@ IPV4_WORDS = struct.Struct("!10H")
 UDP_PORTS = struct.Struct("!HH")
 PASSING_PORT_BYTES = P.PASSING_UDP_PORT.to_bytes(2, "big")
 
-FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS, FLAG_CLOSE, FLAG_POOL = (
+FLAG_CONTRIB, FLAG_RESULT, FLAG_RETRANS, FLAG_CLOSE, FLAG_POOL, FLAG_CONGESTED = (
     int(P.Flag.CONTRIB), int(P.Flag.RESULT), int(P.Flag.RETRANS), int(P.Flag.CLOSE),
-    int(P.Flag.POOL))
+    int(P.Flag.POOL), int(P.Flag.CONGESTED))
 FLAGS_KNOWN = P.FLAGS_MASK
 DROP_NONE = None
 IPV4_IHL = P.IPV4_HEADER_BYTES // 4  # the only header length the parser accepts (no options)
@@ -124,3 +124,20 @@ def rewrite_copy(kept: Kept, peer: dict[str, int], h: Header) -> bytes:
         HDR_TO_CONTRIBUTOR.pack(h.job_id, h.slot, peer["contributor"]), kept.hdr_tail,
         kept.payload,
     ))
+
+
+
+FLAGS_AT_BYTE = UDP_OFF + P.UDP_HEADER_BYTES + 5  # after job_id, slot and contributor
+
+
+def congested(frame: bytes) -> bytes:
+    """The frame as PassingEgress sends it from a queue MARK_QDEPTH deep: a PASSING packet of
+    this switch's (UDP from the aggregation port, which only the PASSING path sends from: the
+    guard drops any other) marked FLAG_CONGESTED (its UDP checksum is zero); anything else as
+    it is."""
+    if len(frame) <= FLAGS_AT_BYTE or frame[UDP_SPORT] != PASSING_PORT_BYTES \
+            or frame[ETHERTYPE] != ETH_IPV4 or frame[IPV4_PROTO] != 17:
+        return frame
+    out = bytearray(frame)
+    out[FLAGS_AT_BYTE] |= FLAG_CONGESTED
+    return bytes(out)

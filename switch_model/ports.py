@@ -6,6 +6,7 @@ per frame."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import select
@@ -18,6 +19,7 @@ import numpy as np
 
 from passing import mmsg
 from switch_model import fastpath
+from switch_model.frame import congested
 from switch_model.pipeline import Pipeline
 
 log = logging.getLogger("switch_model.ports")
@@ -26,7 +28,7 @@ SOL_PACKET = 263
 PACKET_AUXDATA = 8
 PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
-BATCH = 64
+BATCH = fastpath.RX_BATCH
 # The largest frame a packet socket hands over: a veth passes TCP's 64 KiB segmentation
 # super-frames through whole where the sender leaves segmentation to the device (the Mininet
 # hosts do not, but other senders may), so a buffer must hold one.
@@ -41,6 +43,18 @@ TP_STATUS_VLAN_TPID_VALID = 0x40
 # sll_pkttype is its byte 10.
 _CMSG_DATA = 16
 _SLL_SIZE, _SLL_PKTTYPE = 20, 10
+SIOCOUTQ = 0x5411
+_INT = struct.Struct("i")
+
+
+def queue_deep(sock: socket.socket) -> bool:
+    """Whether what this switch queued on `sock`'s port (SIOCOUTQ: frames in the link's qdisc,
+    each with its buffer) is the P4 program's enq_qdepth >= MARK_QDEPTH (fastpath.MARK_BYTES)."""
+    try:
+        queued = _INT.unpack(fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * _INT.size))[0]
+    except OSError:
+        return False
+    return queued >= fastpath.MARK_BYTES
 
 
 def with_vlan_tag(frame: bytes, ancillary: list[tuple[int, int, bytes]]) -> bytes:
@@ -120,6 +134,8 @@ class Ports:
         sock = self.socks.get(port)
         if sock is None:
             return  # no such port: dropped, as BMv2 drops packets to absent ports
+        if queue_deep(sock):
+            frames = [congested(f) for f in frames]
         if not self._batched or len(frames) == 1:
             for frame in frames:
                 try:

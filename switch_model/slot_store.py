@@ -18,7 +18,8 @@ MASK_WORD = (1 << WORD_BITS) - 1
 MASK_BM = (1 << BM_BITS) - 1
 MASK64 = (1 << 64) - 1
 MASK32 = (1 << 32) - 1
-READY, CLOSED = 1, 2  # the version word's flags
+# The version word's flags; MARKED: a packet counted into the round carried FLAG_CONGESTED.
+READY, CLOSED, MARKED = 1, 2, 4
 
 
 class SlotStore:

@@ -22,6 +22,7 @@ from switch_model.frame import (
     EVT_RESEND_UP,
     EVT_RESULT_AGAIN,
     FLAG_CLOSE,
+    FLAG_CONGESTED,
     FLAG_CONTRIB,
     FLAG_POOL,
     FLAG_RESULT,
@@ -37,6 +38,7 @@ from switch_model.slot_store import (
     EXP_AT,
     FLAGS_AT,
     GEN_AT,
+    MARKED,
     MASK32,
     MASK64,
     MASK_BM,
@@ -128,12 +130,18 @@ def next_version_word(cur: int, h: Header, v: Verdict, overwrite: bool) -> int:
     elif v.is_new:
         ex = h.exp if h.exp > ex else ex
         ns = (ns + h.num_contrib) & 0xFFFF
+    # The mark: of the packets counted into the round (the first, a new one, the spine's
+    # result), any that carried FLAG_CONGESTED.
+    absorbs = v.is_new or v.event == EVT_DOWNLINK
+    marked = (absorbs and h.flags & FLAG_CONGESTED != 0) or (not v.restart and flags & MARKED)
     if v.event in MCAST_EVENTS:
         flags = READY | CLOSED
     elif v.event == EVT_COMPLETE_UP or v.event == EVT_CLOSED_UP:
         flags = CLOSED
     elif v.first:
         flags = 0
+    if marked:
+        flags |= MARKED
     mybit = (1 << h.contributor) & MASK_BM
     if v.restart:
         bm, rnd = (mybit if v.is_new else 0), h.round
@@ -147,6 +155,7 @@ def leaving_header(h: Header, event: int, mine: int) -> Header:
     """The header of what leaves for `event`: the slot's exponent and contributor sum from its
     version word `mine`, the flags of a sum going up (RETRANS when sent again, CLOSE when the
     packet carried it) or of a result, one level up when going up; always the packet's pool."""
+    marked = FLAG_CONGESTED if (mine >> FLAGS_AT) & MARKED else 0
     if event in UP_EVENTS:
         level = (h.level + 1) & 0xFF
         flags = FLAG_CONTRIB | (h.flags & FLAG_CLOSE)  # the hosts' CLOSE goes up with the sum
@@ -154,6 +163,6 @@ def leaving_header(h: Header, event: int, mine: int) -> Header:
             flags |= FLAG_RETRANS
     else:
         level, flags = h.level, FLAG_RESULT
-    return Header(h.job_id, h.slot, h.contributor, flags | (h.flags & FLAG_POOL), h.version,
-                  level, h.frag, h.round, (mine >> NS_AT) & 0xFFFF, (mine >> EXP_AT) & 0xFF,
-                  h.tag, h.session)
+    return Header(h.job_id, h.slot, h.contributor, flags | marked | (h.flags & FLAG_POOL),
+                  h.version, level, h.frag, h.round, (mine >> NS_AT) & 0xFFFF,
+                  (mine >> EXP_AT) & 0xFF, h.tag, h.session)

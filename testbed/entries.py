@@ -161,6 +161,18 @@ def decode(frame: bytes):
     return pkt, packet.unpack(bytes(pkt[UDP].payload))
 
 
+def received(sw, port: int, n: int, timeout: float = 5.0) -> list:
+    """Up to `n` frames on test port `port` of `sw`, decoded, waiting at most `timeout` for
+    each batch: fewer if no more come."""
+    frames: list[bytes] = []
+    while len(frames) < n:
+        got = sw.test_ports[port].recv(n - len(frames), timeout)
+        if not got:
+            break
+        frames += got
+    return [decode(f)[1] for f in frames]
+
+
 def results_at(fabric, switches, hosts=(1, 2), timeout: float = 3.0) -> dict:
     """The first result each test port `hosts` of each of `switches` receives, decoded, by
     (switch, port); a port that receives none within `timeout` fails the test naming it."""

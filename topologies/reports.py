@@ -39,6 +39,20 @@ def report_allreduce(res: dict[str, dict], cpu_busy: float | None = None) -> boo
     return ok
 
 
+def report_windows(res: dict[str, dict]) -> None:
+    """Each host's congestion window (docs/protocol.md, "Congestion control") in a passing
+    allreduce's reports `res`: its size after the last call, the results that came marked, the
+    times it shrank, and the packets resent."""
+    if not res:
+        print("hosts: no passing allreduce yet (their windows show after one)")
+        return
+    for host, r in sorted(res.items()):
+        if "window" in r:
+            print(f"{host}: window {r['window']} packets, {r['marks']} marked results, "
+                  f"{r['window_cuts']} cuts, {r['retransmissions']} resent of "
+                  f"{r['packets']} packets")
+
+
 def _host_collective_text(r: dict) -> str:
     """How many calls a job waiting for switch slots summed among its hosts instead."""
     calls = r.get("host_calls", 0)

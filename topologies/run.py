@@ -39,7 +39,7 @@ from passing_agent import STRATEGIES
 from topologies.cpu_load import CpuSampler, call_windows
 from topologies.exclusive import NetworkBusy
 from topologies.network import DEFAULT_WINDOWS, PassingNetwork
-from topologies.reports import report_allreduce, report_train
+from topologies.reports import report_allreduce, report_train, report_windows
 
 
 def allreduce_measured(pnet: PassingNetwork, *args, **kwargs) -> tuple[dict[str, dict],
@@ -56,6 +56,7 @@ class PassingCLI(CLI):
 
     def __init__(self, pnet: PassingNetwork, **kw):
         self.pnet = pnet
+        self.last_windows: dict[str, dict] = {}  # the hosts' reports of the last allreduce
         super().__init__(pnet.net, **kw)
 
     def do_allreduce(self, line: str) -> None:
@@ -73,8 +74,11 @@ class PassingCLI(CLI):
             print(f"usage: allreduce [SIZE] [--job ID] [--iters N] "
                   f"[--strategy {'|'.join(STRATEGIES)}]")
             return
-        report_allreduce(*allreduce_measured(self.pnet, args.size, args.job, args.iters,
-                                             strategy=args.strategy))
+        res, cpu = allreduce_measured(self.pnet, args.size, args.job, args.iters,
+                                      strategy=args.strategy)
+        if args.strategy == "passing":
+            self.last_windows = res
+        report_allreduce(res, cpu)
 
     def do_train(self, line: str) -> None:
         """train [--job ID] [--backend passing|gloo] [--epochs N] [--nproc-per-node G]
@@ -147,8 +151,10 @@ class PassingCLI(CLI):
         self._ctl("slots")
 
     def do_stats(self, line: str) -> None:
-        """stats [ID]: per-job counters read from the switches."""
+        """stats [ID]: per-job counters read from the switches, then each host's congestion
+        window, marks and resends in the last passing allreduce."""
         self._ctl("stats", *shlex.split(line))
+        report_windows(self.last_windows)
 
     def do_loss(self, line: str) -> None:
         """loss NODE1 NODE2 PERCENT: random loss on that link, both directions."""

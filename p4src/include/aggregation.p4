@@ -12,6 +12,8 @@
  *     [96] ready: the slot holds the round's final result (at a root as soon as it completes;
  *          at a non-root once the result came back from the spine)
  *     [97] closed: the round completed here (at a non-root: its sum went up)
+ *     [98] marked: a packet counted into this round carried FLAG_CONGESTED; whatever the
+ *          round sends on carries it too
  *     [135:104] round: the slot's round this version holds (docs/protocol.md, Rounds)
  *   The bitmap is 64 bits (MAX_FAN_IN): on Tofino the widest word one register action reads
  *   and writes, as a pair of 32-bit halves (docs/protocol.md, "Limits per switch").
@@ -184,7 +186,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     ((is_new && hdr.passing.exp > cur[79:72]) ? hdr.passing.exp : cur[79:72]);
         bit<16> ns = overwrite ? hdr.passing.num_contrib :
                      (is_new ? cur[95:80] + hdr.passing.num_contrib : cur[95:80]);
-        bit<8> flags = (stored || final) ? 8w3 : (up ? 8w2 : (first ? 8w0 : cur[103:96]));
+        /* The mark: of the packets counted into the round (the first, a new one, the spine's
+         * result), any that carried FLAG_CONGESTED. */
+        bool absorbs = is_new || stored;
+        bool marked = (absorbs && (hdr.passing.flags & FLAG_CONGESTED) != 0) ||
+                      (!restart && cur[98:98] == 1);
+        bit<8> flags = ((stored || final) ? 8w3 : (up ? 8w2 : (first ? 8w0 : cur[103:96]))) |
+                       (marked ? 8w4 : 8w0);
         /* A newer round starts from the packet: its sender alone, or (a result from the spine
          * for a round this switch never closed) nobody. */
         bit<64> bm = restart ? (is_new ? mybit : 64w0) :
@@ -206,7 +214,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta, inout standard_m
         hdr.passing.exp = ex;
         hdr.passing.num_contrib = ns;
         /* Whatever leaves names the pool it was summed in, so the next switch uses the same. */
-        hdr.passing.flags = (hdr.passing.flags & FLAG_POOL) |
+        hdr.passing.flags = (hdr.passing.flags & FLAG_POOL) | (marked ? FLAG_CONGESTED : 8w0) |
                             (up ? (FLAG_CONTRIB | (hdr.passing.flags & FLAG_CLOSE)) :
                              (resend ? (FLAG_CONTRIB | FLAG_RETRANS |
                                         (hdr.passing.flags & FLAG_CLOSE)) : FLAG_RESULT));

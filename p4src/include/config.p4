@@ -54,7 +54,15 @@ const bit<8> FLAG_CLOSE   = 0x08;
 /* Which of the job's two pools the packet uses (job_config's second key): a live resize installs
  * the new pool under the other value while the agents still finish calls in the old one. */
 const bit<8> FLAG_POOL    = 0x10;
-const bit<8> FLAGS_KNOWN  = 0x1f;
+/* Congestion experienced (docs/protocol.md, "Congestion control"): set by a switch's egress on
+ * a PASSING packet that found its queue at least MARK_QDEPTH deep, remembered by the slot that
+ * counts it, and carried by everything that slot sends on, so the hosts' results bring it back.
+ * It only slows the senders' windows: no switch or agent lets it change a sum. */
+const bit<8> FLAG_CONGESTED = 0x20;
+const bit<8> FLAGS_KNOWN  = 0x3f;
+/* Egress queue depth, in packets (v1model's enq_qdepth), from which PASSING packets are marked:
+ * under BMv2's default 64-packet queues, so marks come before drops. */
+const bit<19> MARK_QDEPTH = 32;
 
 /* Per-job events, counted in job_stats[stat_idx * JOB_STATS_STRIDE + event]: exactly one per
  * packet that names a known job. 0..7 and 19 are drops (by reason), 8..18 what the slot did. */

@@ -81,7 +81,7 @@ def test_rejected_contribution_is_counted_and_changes_nothing(star, job, case, r
                                               flags=int(P.Flag.RESULT | P.Flag.CLOSE))),
         "no_kind_flag": (2, contribution(DEV, 2, big, job_id=7, slot=0, flags=0)),
         "both_kind_flags": (2, contribution(DEV, 2, big, job_id=7, slot=0, flags=3)),
-        "unknown_flag_bit": (2, contribution(DEV, 2, big, job_id=7, slot=0, flags=0x21)),
+        "unknown_flag_bit": (2, contribution(DEV, 2, big, job_id=7, slot=0, flags=0x41)),
         "result_from_host": (2, contribution(DEV, 2, big, job_id=7, slot=0,
                                              flags=int(P.Flag.RESULT))),
     }

@@ -8,7 +8,7 @@ import numpy as np
 
 from controller.counters import StatsCounters
 from passing import protocol as P
-from testbed.entries import contribution, decode, install_job
+from testbed.entries import contribution, install_job, received
 
 DEV = 0
 HALF = P.MAX_FAN_IN // 2
@@ -21,16 +21,6 @@ def _send(sw, vals, cid: int, *, flags: int = int(P.Flag.CONTRIB)) -> None:
     port = 1 if cid < HALF else 2
     sw.test_ports[port].send(contribution(DEV, port, vals[cid], job_id=9, slot=3,
                                           contributor=cid, flags=flags))
-
-
-def _recv(sw, port: int, n: int, timeout: float = 5.0) -> list:
-    frames: list[bytes] = []
-    while len(frames) < n:
-        got = sw.test_ports[port].recv(n - len(frames), timeout)
-        if not got:
-            break
-        frames += got
-    return [decode(f)[1] for f in frames]
 
 
 def test_sixty_four_contributors_complete_one_exact_round(star):
@@ -49,7 +39,7 @@ def test_sixty_four_contributors_complete_one_exact_round(star):
     _send(sw, vals, LAST)
     expected = vals.sum(axis=0).astype(np.int64).astype(np.uint32).view(np.int32)
     for port, (first, count) in MEMBERS.items():
-        recs = _recv(sw, port, count)
+        recs = received(sw, port, count)
         assert sorted(r["contributor"] for r in recs) == list(range(first, first + count))
         for r in recs:
             assert np.array_equal(r["values"], expected)

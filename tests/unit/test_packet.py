@@ -107,7 +107,7 @@ def test_batch_rejects_one_bad_length():
 
 
 @pytest.mark.parametrize("field,value,msg", [
-    ("flags", 0x20 | 0x01, "unknown flag"),
+    ("flags", 0x40 | 0x01, "unknown flag"),
     ("flags", 0x08 | 0x02, "CLOSE goes with CONTRIB"),
     ("flags", 0x00, "exactly one"),
     ("flags", 0x03, "exactly one"),
