@@ -101,7 +101,7 @@ class Taken:
 
     def __init__(self, code: np.ndarray, slots: np.ndarray, keep: np.ndarray, more: np.ndarray,
                  newest: int, rtt_median: float | None, rtt_min: float | None, missed: int,
-                 marked: int = 0):
+                 marked: int):
         self.code, self.slots, self.keep, self.more = code, slots, keep, more
         self.newest, self.rtt_median, self.rtt_min, self.missed = newest, rtt_median, rtt_min, \
             missed

@@ -126,7 +126,6 @@ def rewrite_copy(kept: Kept, peer: dict[str, int], h: Header) -> bytes:
     ))
 
 
-
 FLAGS_AT_BYTE = UDP_OFF + P.UDP_HEADER_BYTES + 5  # after job_id, slot and contributor
 
 
@@ -136,7 +135,7 @@ def congested(frame: bytes) -> bytes:
     guard drops any other) marked FLAG_CONGESTED (its UDP checksum is zero); anything else as
     it is."""
     if len(frame) <= FLAGS_AT_BYTE or frame[UDP_SPORT] != PASSING_PORT_BYTES \
-            or frame[ETHERTYPE] != ETH_IPV4 or frame[IPV4_PROTO] != 17:
+            or frame[ETHERTYPE] != ETH_IPV4 or frame[IPV4_PROTO] != IP_PROTO_UDP:
         return frame
     out = bytearray(frame)
     out[FLAGS_AT_BYTE] |= FLAG_CONGESTED
