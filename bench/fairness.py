@@ -99,7 +99,8 @@ def _concurrently(*work) -> list:
 
 
 def _checked(reports: dict[str, dict], job: int) -> dict[str, dict]:
-    bad = {h: r.get("error") or "wrong sums" for h, r in reports.items() if not r.get("ok")}
+    bad = {h: r.get("error") or "wrong sums" for h, r in reports.items()
+           if not (r.get("ok") and r.get("correct"))}
     if bad:
         raise RuntimeError(f"job {job}: {bad}")
     return reports

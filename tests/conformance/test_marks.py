@@ -46,6 +46,7 @@ def test_a_counted_mark_reaches_every_host_and_only_for_its_round(star):
     for port in (1, 2):
         (rec,) = received(sw, port, 1)
         assert rec["flags"] == P.Flag.RESULT and rec["round"] == 1, port
+        assert np.array_equal(rec["values"], _exact(vals)), port
 
 
 def test_a_marked_duplicate_marks_nothing(star):
