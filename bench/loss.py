@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.progress import Progress
-from bench.sweep import _list, _positive, _strategy
+from bench.sweep_cli import _list, _positive, _strategy
 from controller.topology import load
 from passing.pipeline_files import topology_file
 from passing_agent import STRATEGIES

@@ -22,7 +22,7 @@ import time
 from passing import mmsg
 from passing import protocol as P
 from switch_model.ports import Ports
-from testbed.fabric import TestPort, delete_link, make_veth
+from testbed.veth_ports import TestPort, delete_link, make_veth
 
 SO_RCVBUFFORCE = 33
 

@@ -20,43 +20,26 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import platform
 import shlex
 import sys
 from pathlib import Path
 
+from bench.report_readme import merge_readme, render_readme_block
+from bench.report_sections import allreduce_section, correctness_section, training_section
 from bench.results import (
-    GroupKey,
-    Run,
-    TrainRow,
     by_size,
-    format_size,
     group_label,
     group_runs,
     largest_passing_size,
-    link_busy,
     load_allreduce,
     load_training,
-    main_group,
-    order_strategies,
     speedups,
-    train_label,
-    training_by_group,
 )
-from topologies.cpu_load import SATURATED_FROM
-from topologies.link_rate import CPU_BOUND_BELOW
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
-# The README's result block (README.md, "The result"): written from the same runs as the report.
-README_BEGIN = "<!-- bench:begin -->"
-README_END = "<!-- bench:end -->"
-
-# Order of the headline summary line, weakest baseline first as the brief words it.
-SUMMARY_BASELINES = ("ps", "ring", "hier-ring", "ina")
-ACCURACY_TOLERANCE = 0.01
 
 PLOT_CAPTIONS = {
     "allreduce_time": "All-reduce time vs tensor size (dashed: analytical prediction)",
@@ -91,175 +74,10 @@ def summary(allreduce_csv: Path) -> dict:
 
 # ---------------------------------------------------------------------------- markdown
 
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return lines
-
-
-def _num(x: float, fmt: str) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else format(x, fmt)
-
-
-def _ms(seconds: float) -> str:
-    """Milliseconds to about four significant digits, never in exponent form."""
-    ms = seconds * 1e3
-    if not (math.isfinite(ms) and ms > 0):
-        return _num(ms, ".3f")
-    return f"{ms:.{min(4, max(0, 3 - math.floor(math.log10(ms))))}f}"
-
 
 def _meta_section(meta: dict[str, str]) -> list[str]:
     return ["Run:", ""] + [f"- **{k}**: {v}" for k, v in meta.items()] + [""]
 
-
-def _correctness_section(runs: list[Run]) -> list[str]:
-    """Put first and bold: a fast wrong all-reduce is a bug, not a result."""
-    wrong = [r for r in runs if not r.correct]
-    if not wrong:
-        return [f"**Correctness: all {len(runs)} runs correct.**", ""]
-    lines = [f"**WARNING: {len(wrong)} of {len(runs)} runs produced a WRONG result:**", ""]
-    lines += [f"- **WRONG**: {r.strategy}, {format_size(r.size_bytes)}, {group_label(r.group)}"
-              for r in wrong]
-    return lines + [""]
-
-
-def _group_table(runs: list[Run]) -> list[str]:
-    strategies = order_strategies(r.strategy for r in runs)
-    others = [s for s in strategies if s != "passing"] if "passing" in strategies else []
-    header = ["size"]
-    for s in strategies:
-        header += [f"{s} ms", f"{s} Gbit/s", f"{s} ratio", f"{s} bound"]
-    header += [f"passing speedup vs {s}" for s in others]
-    rows = []
-    for size, at in by_size(runs).items():
-        row = [format_size(size)]
-        for s in strategies:
-            r = at.get(s)
-            if r is None:
-                row += ["", "", "", ""]
-                continue
-            ms = _ms(r.mean_s) + ("" if r.correct else " **WRONG**")
-            row += [ms, _num(r.algbw_gbps, ".3f"), _num(r.ratio, ".2f"), r.bound]
-        sp = speedups(at)
-        row += [_num(sp[s], ".2f") + "x" if s in sp else "" for s in others]
-        rows.append(row)
-    return _md_table(header, rows)
-
-
-def _cpu_bound_line(runs: list[Run]) -> list[str]:
-    """Which runs this machine's CPU, not the emulated links, limited: the analytical model's
-    bound column is calibrated on one switch process alone, not on a fabric's switches and
-    agents sharing the cores."""
-    shaped = [(r, b) for r in runs if (b := link_busy(r)) is not None]
-    if not shaped:
-        return []
-    order = order_strategies(r.strategy for r in runs)
-    under = sorted(((r, b) for r, b in shaped if b < CPU_BOUND_BELOW),
-                   key=lambda rb: (rb[0].size_bytes, order.index(rb[0].strategy)))
-    limit = f"{CPU_BOUND_BELOW:.0%}"
-    if not under:
-        lines = [f"Every run's busiest host link was at least {limit} busy during a call."]
-    else:
-        named = ", ".join(f"{r.strategy} {format_size(r.size_bytes)} ({b:.0%})"
-                          for r, b in under)
-        lines = [f"**CPU-bound** (the busiest host link under {limit} busy during a call, so "
-                 f"this machine's CPU, not the emulated links, set the time): {named}."]
-    return lines + _cpu_saturated(runs, order) + [""]
-
-
-def _cpu_saturated(runs: list[Run], order: list[str]) -> list[str]:
-    """The runs during whose calls the machine's CPUs were nearly all busy (kernel included,
-    which the model leaves out): their time may be this machine's even with busy links."""
-    full = sorted((r for r in runs if r.cpu_busy >= SATURATED_FROM),
-                  key=lambda r: (r.size_bytes, order.index(r.strategy)))
-    if not full:
-        return []
-    named = ", ".join(f"{r.strategy} {format_size(r.size_bytes)} ({r.cpu_busy:.0%})"
-                      for r in full)
-    return [f"The CPUs were at least {SATURATED_FROM:.0%} busy during the calls of: {named}; "
-            "their times may be this machine's as well as the links' (the model's host bound "
-            "leaves out the kernel, which carries every frame through the shaped veths)."]
-
-
-def _traffic_table(runs: list[Run]) -> list[str]:
-    """Bytes per host link and switch packets at the largest size: the traffic that explains
-    the times (ring sends ~2x the tensor, PASSING/INA ~1x)."""
-    size = max(r.size_bytes for r in runs)
-    at = by_size(runs)[size]
-    rows = []
-    for s in order_strategies(at):
-        r = at[s]
-        rows.append([s, format_size(r.host_tx_bytes), format_size(r.host_rx_bytes),
-                     _num(r.host_tx_bytes / size, ".2f") + "x", str(r.switch_packets),
-                     str(r.slots)])
-    header = ["strategy", "tx per host link", "rx per host link", "tx / tensor size",
-              "switch packets", "slots"]
-    return [f"Traffic per all-reduce at {format_size(size)}:", ""] + _md_table(header, rows)
-
-
-def _speedup_line(key: GroupKey, runs: list[Run]) -> str:
-    size = largest_passing_size(runs)
-    if size is None:
-        return f"- {group_label(key)}: no PASSING run"
-    sp = speedups(by_size(runs)[size])
-    parts = [f"{b} {sp[b]:.2f}x" if b in sp else f"{b} n/a" for b in SUMMARY_BASELINES]
-    return (f"- PASSING speedup over ps/ring/hier-ring/ina at the largest size: "
-            f"{', '.join(parts)} ({format_size(size)}; {group_label(key)})")
-
-
-def _allreduce_section(runs: list[Run]) -> list[str]:
-    groups = group_runs(runs)
-    main = main_group(groups)
-    ordered = [main] + [k for k in groups if k != main]  # main configuration first
-    lines = ["### Summary", ""] + [_speedup_line(k, groups[k]) for k in ordered] + [""]
-    for key in ordered:
-        title = group_label(key) + (" (main)" if key == main and len(groups) > 1 else "")
-        lines += [f"### All-reduce: {title}", ""]
-        lines += _group_table(groups[key]) + [""]
-        lines += _cpu_bound_line(groups[key])
-        lines += _traffic_table(groups[key]) + [""]
-    return lines
-
-
-def _accuracy_check(row: TrainRow, ring: TrainRow | None) -> tuple[str, bool]:
-    """Cell text and whether it failed: aggregation must not change what the model learns."""
-    if row.strategy == "ring":
-        return "reference", False
-    if ring is None:
-        return "n/a (no ring run)", False
-    diff = row.accuracy - ring.accuracy
-    if not math.isfinite(diff):
-        return "n/a", False
-    if abs(diff) <= ACCURACY_TOLERANCE:
-        return f"yes ({diff:+.4f})", False
-    return f"**NO** ({diff:+.4f})", True
-
-
-def _training_section(rows: list[TrainRow]) -> list[str]:
-    configs = training_by_group(rows)
-    lines = ["### Training", ""]
-    failed: list[str] = []
-    for key, at in configs.items():
-        lines += [f"{train_label(key)}:", ""]
-        table = []
-        for s in order_strategies(at):
-            r = at[s]
-            check, bad = _accuracy_check(r, at.get("ring"))
-            if bad:
-                failed.append(f"{s} ({train_label(key)})")
-            tta = "not measured" if math.isnan(r.time_to_target_s) else \
-                "not reached" if math.isinf(r.time_to_target_s) else \
-                f"{r.time_to_target_s:.1f} s"
-            table.append([s, _num(r.iters_per_s, ".3f"), _num(r.accuracy, ".4f"),
-                          _num(r.final_loss, ".4f"), tta, check])
-        header = ["strategy", "iters/s", "accuracy", "final loss", "time to target accuracy",
-                  "accuracy equal to ring"]
-        lines += _md_table(header, table) + [""]
-    if failed:
-        lines += [f"**WARNING: accuracy differs from ring by more than {ACCURACY_TOLERANCE} "
-                  f"for: {', '.join(failed)}**", ""]
-    return lines
 
 
 def _plots_section(plots: list[Path], out: Path) -> list[str]:
@@ -277,11 +95,11 @@ def render_section(allreduce_csv: Path, training_csv: Path | None, plots: list[P
     lines = ["<!-- generated by bench/report.py: text between the markers is overwritten -->",
              "", "## Results", ""]
     lines += _meta_section(meta)
-    lines += _correctness_section(runs) if runs else ["No all-reduce runs in the CSV.", ""]
+    lines += correctness_section(runs) if runs else ["No all-reduce runs in the CSV.", ""]
     if runs:
-        lines += _allreduce_section(runs)
+        lines += allreduce_section(runs)
     if training_csv is not None:
-        lines += _training_section(load_training(training_csv))
+        lines += training_section(load_training(training_csv))
     if plots:
         lines += _plots_section(plots, out)
     return "\n".join(lines).rstrip() + "\n"
@@ -301,89 +119,6 @@ def merge_into(existing: str | None, section: str) -> str:
     return existing[:start] + BEGIN + "\n" + section + existing[end:]
 
 
-# ---------------------------------------------------------------------------- README block
-
-def headline_group(groups: dict[GroupKey, list[Run]]) -> GroupKey | None:
-    """The main configuration at the fastest links the run gave it (unshaped counts as
-    fastest): with make bench's plan, leafspine with its links as shipped, the regime a user of
-    `make run-topology` gets."""
-    main = main_group(groups)
-    if main is None:
-        return None
-    same = [k for k in groups if (k[0], k[1], k[3], k[4]) == (main[0], main[1], main[3], main[4])]
-    return max(same, key=lambda k: k[2] if k[2] else math.inf)  # max keeps the first of equals
-
-
-def _readme_cell(at: dict[str, Run], s: str) -> str:
-    r = at.get(s)
-    if r is None:
-        return ""
-    cell = f"{_ms(r.mean_s)} ms"
-    sp = speedups(at).get(s)
-    if s != "passing" and sp is not None:
-        cell += f" ({_num(sp, '.2f')}x)"
-    return cell + ("" if r.correct else " **WRONG**")
-
-
-def render_readme_block(allreduce_csv: Path, meta: dict[str, str]) -> str:
-    """The README's result block: when and where the run was made, the headline configuration's
-    times with PASSING's speedups, and PASSING's speedup in every configuration at its largest
-    tensor, the losing and level ones included. Every number is formatted as the report's
-    tables format it (the test compares them as printed)."""
-    runs = load_allreduce(allreduce_csv)
-    lines = ["<!-- written by bench/report.py (make bench) from the runs of the results section of "
-             "docs/benchmarks.md; tests/bench/test_readme_numbers.py holds every number to it -->",
-             ""]
-    wrong = sum(not r.correct for r in runs)
-    verdict = (f"every one of its {len(runs)} all-reduce runs correct" if not wrong else
-               f"**{wrong} of its {len(runs)} all-reduce runs WRONG**")
-    lines += [f"Latest `make bench`: **{meta.get('date', 'n/a')}** on "
-              f"{meta.get('machine', 'n/a')}; {verdict}.", ""]
-    groups = group_runs(runs)
-    head = headline_group(groups)
-    if head is None:
-        return "\n".join(lines + ["No all-reduce runs."]) + "\n"
-    strategies = order_strategies(r.strategy for r in runs)
-    lines += [f"Time of one all-reduce (the slowest host's mean) and PASSING's speedup over each "
-              f"baseline, `{group_label(head)}`:", ""]
-    rows = [[format_size(size)] + [_readme_cell(at, s) for s in strategies]
-            for size, at in by_size(groups[head]).items()]
-    lines += _md_table(["tensor", *strategies], rows) + [""]
-    others = [s for s in strategies if s != "passing"]
-    lines += ["PASSING's speedup over each baseline in every configuration of the run, at its "
-              "largest tensor (a speedup under one: PASSING was the slower):", ""]
-    rows = []
-    for key, group in groups.items():
-        size = largest_passing_size(group)
-        if size is None:
-            continue
-        at = by_size(group)[size]
-        sp = speedups(at)
-        rows.append([group_label(key), format_size(size), _readme_cell(at, "passing")]
-                    + [_num(sp[s], ".2f") + "x" if s in sp else "" for s in others])
-    lines += _md_table(["configuration", "tensor", "passing", *(f"vs {s}" for s in others)], rows)
-    return "\n".join(lines) + "\n"
-
-
-def merge_readme(existing: str, block: str, name: str = "README") -> str:
-    """Replace the text between the README's bench markers; a README without them is an error,
-    not a place to append results to."""
-    start = existing.find(README_BEGIN)
-    end = existing.find(README_END, start + len(README_BEGIN)) if start >= 0 else -1
-    if start < 0 or end < 0:
-        raise ValueError(f"{name}: no {README_BEGIN} ... {README_END} block to write the "
-                         "results into")
-    return existing[:start] + README_BEGIN + "\n" + block + existing[end:]
-
-
-def readme_for(report: Path) -> Path | None:
-    """The checkout's README.md when `report` is the checkout's docs/benchmarks.md (what make
-    bench writes), else None: a report written elsewhere (make bench-quick, a subset into another
-    file) leaves the README alone."""
-    root = Path(__file__).resolve().parents[1]
-    readme = root / "README.md"
-    if Path(report).resolve() == root / "docs" / "benchmarks.md" and readme.exists():
-        return readme
     return None
 
 

@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # no display on the benchmark machines
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.plots import style  # noqa: E402
+from bench.plot_style import style  # noqa: E402
 from sim.strategies import STRATEGIES  # noqa: E402
 from sim.study import StudyRow  # noqa: E402
 from sim.validate import Row  # noqa: E402

@@ -28,7 +28,7 @@ from sim.wire import format_size
 TOLERANCE = 1.15  # the goal: simulated within 1.15x of measured, either way
 SIZES = (256 << 10, 1 << 20, 4 << 20, 16 << 20)  # what is validated: 256 KiB to 16 MiB
 WINDOWS = {"model": 256, "bmv2": 64}  # make run-topology's default window per target
-LONG_CALL_S = 2.0  # bench.sweep.LONG_CALL_S: calls predicted this long are made once
+LONG_CALL_S = 2.0  # bench.sweep_plan.LONG_CALL_S: calls predicted this long are made once
 
 
 @dataclass(frozen=True)

@@ -161,16 +161,21 @@ def decode(frame: bytes):
     return pkt, packet.unpack(bytes(pkt[UDP].payload))
 
 
-def received(sw, port: int, n: int, timeout: float = 5.0) -> list:
-    """Up to `n` frames on test port `port` of `sw`, decoded, waiting at most `timeout` for
-    each batch: fewer if no more come."""
+def received_decoded(sw, port: int, n: int, timeout: float = 5.0) -> list:
+    """Up to `n` frames on test port `port` of `sw`, each decoded whole (headers and values),
+    waiting at most `timeout` for each batch: fewer if no more come."""
     frames: list[bytes] = []
     while len(frames) < n:
         got = sw.test_ports[port].recv(n - len(frames), timeout)
         if not got:
             break
         frames += got
-    return [decode(f)[1] for f in frames]
+    return [decode(f) for f in frames]
+
+
+def received(sw, port: int, n: int, timeout: float = 5.0) -> list:
+    """As `received_decoded`, each frame's PASSING header only."""
+    return [d[1] for d in received_decoded(sw, port, n, timeout)]
 
 
 def results_at(fabric, switches, hosts=(1, 2), timeout: float = 3.0) -> dict:

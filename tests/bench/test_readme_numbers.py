@@ -2,7 +2,7 @@
 exactly what the results section of docs/benchmarks.md says: the same run (date, machine, how
 many runs were correct), and every time and speedup in its tables the number the report prints
 for that configuration, tensor and strategy. bench/report.py writes both from the same CSV
-(`make bench` passes it the README: bench.report.readme_for); this test keeps a hand edit, or a
+(`make bench` passes it the README: report_readme.readme_for); this test keeps a hand edit, or a
 report rewritten without the README, from letting them drift apart. It also checks that the
 block names every configuration of the run (the losing and level ones too) and that no number
 in it goes unchecked.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench import report
-from bench.report import README_BEGIN, README_END
+from bench.report_readme import README_BEGIN, README_END, readme_for
 from bench.results import ALLREDUCE_COLUMNS, STRATEGY_ORDER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -370,9 +370,9 @@ def test_report_cli_readme_option(sweep_csv, tmp_path):
 def test_make_bench_report_path_brings_the_readme(tmp_path):
     """bench.sweep passes the README only for the checkout's docs/benchmarks.md (make bench),
     not for make bench-quick's report or a report written elsewhere."""
-    assert report.readme_for(BENCHMARKS) == README
-    assert report.readme_for(ROOT / "build" / "bench-quick" / "benchmarks.md") is None
-    assert report.readme_for(tmp_path / "benchmarks.md") is None
+    assert readme_for(BENCHMARKS) == README
+    assert readme_for(ROOT / "build" / "bench-quick" / "benchmarks.md") is None
+    assert readme_for(tmp_path / "benchmarks.md") is None
 
 
 def test_strategy_columns_follow_the_report_order():

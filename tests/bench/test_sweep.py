@@ -28,7 +28,7 @@ def test_quick_sweep_checks_every_strategy_and_writes_the_report(tmp_path):
         rows = list(csv.DictReader(fh))
     assert {r["strategy"] for r in rows} == set(STRATEGIES)
     assert len(rows) == 2 * len(STRATEGIES) and all(r["correct"] == "True" for r in rows)
-    # Calls this small are made after a warm-up (bench.sweep.call_plan); counters per call.
+    # Calls this small are made after a warm-up (bench.sweep_plan.call_plan); counters per call.
     assert all((r["warmup"], r["iters"]) == ("1", "1") for r in rows), rows
     by = {(r["strategy"], int(r["size_bytes"])): r for r in rows}
     for size in (16 << 10, 64 << 10):

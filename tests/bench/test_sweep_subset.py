@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from bench.progress import Progress
-from bench.sweep import call_plan, fabric_groups, runs_in, scenarios, subset
+from bench.sweep_plan import call_plan, fabric_groups, runs_in, scenarios, subset
 
 
 def test_a_subset_is_every_bandwidth_and_gpu_count_with_the_sizes_and_strategies_given():

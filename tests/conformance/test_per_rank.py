@@ -8,22 +8,12 @@ from scapy.layers.inet import UDP
 
 from controller.counters import StatsCounters
 from passing import protocol as P
-from testbed.entries import agent_port, contribution, decode, install_job
+from testbed.entries import agent_port, contribution, install_job, received_decoded
 
 DEV = 0
 # Port 1: a server with 2 GPU ranks (ids 0, 1); port 2: a server with 3 (ids 2, 3, 4).
 MEMBERS = {1: (0, 2), 2: (2, 3)}
 RANKS = [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2)]  # (port, rank behind that port)
-
-
-def _recv_all(sw, port, n, timeout=3.0):
-    frames = []
-    while len(frames) < n:
-        got = sw.test_ports[port].recv(n - len(frames), timeout)
-        if not got:
-            break
-        frames += got
-    return [decode(f) for f in frames]
 
 
 def test_every_rank_contributes_and_every_rank_gets_the_sum(star):
@@ -37,7 +27,7 @@ def test_every_rank_contributes_and_every_rank_gets_the_sum(star):
                                               contributor=first + rank))
     expected = vals.sum(axis=0).astype(np.int32)
     for port, (first, count) in MEMBERS.items():
-        results = _recv_all(sw, port, count)
+        results = received_decoded(sw, port, count, timeout=3.0)
         assert len(results) == count, f"port {port}: {len(results)} results for {count} ranks"
         # One replica per rank, each addressed to that rank's UDP port and id.
         got = sorted((pkt[UDP].dport, rec["contributor"]) for pkt, rec in results)
@@ -60,7 +50,7 @@ def test_id_outside_the_ports_range_is_refused_and_changes_nothing(star):
     for i, (port, rank) in enumerate(RANKS):
         sw.test_ports[port].send(contribution(DEV, port, ones * (i + 1), job_id=4, slot=0,
                                               contributor=MEMBERS[port][0] + rank))
-    results = _recv_all(sw, 1, 2)
+    results = received_decoded(sw, 1, 2, timeout=3.0)
     assert len(results) == 2
     assert all(np.all(rec["values"] == sum(range(1, len(RANKS) + 1))) for _, rec in results)
     stats = StatsCounters(sw.conn).job(0)
@@ -75,11 +65,11 @@ def test_retransmission_after_completion_is_answered_to_the_asking_rank_only(sta
         sw.test_ports[port].send(contribution(DEV, port, ones, job_id=4, slot=5,
                                               contributor=MEMBERS[port][0] + rank))
     for port, (_, count) in MEMBERS.items():
-        assert len(_recv_all(sw, port, count)) == count
+        assert len(received_decoded(sw, port, count, timeout=3.0)) == count
     # Rank 2 behind port 2 (id 4) lost its result and asks again.
     sw.test_ports[2].send(contribution(DEV, 2, ones, job_id=4, slot=5, contributor=4,
                                        flags=int(P.Flag.CONTRIB | P.Flag.RETRANS)))
-    answer = _recv_all(sw, 2, 1)
+    answer = received_decoded(sw, 2, 1, timeout=3.0)
     assert len(answer) == 1
     pkt, rec = answer[0]
     assert (pkt[UDP].dport, rec["contributor"]) == (agent_port(2, 2), 4)

@@ -23,9 +23,9 @@ from switch_model.pipeline import Pipeline
 from switch_model.ports import Ports
 from switch_model.state import Action
 from testbed.entries import contribution, job_entries
-from testbed.fabric import TestPort as PortEnd
-from testbed.fabric import delete_link, make_veth, run
 from testbed.loopback import InProcessConnection
+from testbed.veth_ports import TestPort as PortEnd
+from testbed.veth_ports import delete_link, make_veth, run
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="veth interfaces need root")
 
