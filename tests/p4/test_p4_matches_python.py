@@ -29,8 +29,8 @@ def p4_text(name: str) -> str:
 
 
 def p4_header_fields(header: str) -> list[tuple[str, int]]:
-    body = re.search(r"header\s+" + header + r"\s*\{(.*?)\}", p4_text("headers.p4"), re.S)
-    assert body, f"header {header} not found in headers.p4"
+    body = re.search(r"header\s+" + header + r"\s*\{(.*?)\}", p4_text("wire.p4"), re.S)
+    assert body, f"header {header} not found in wire.p4"
     fields = re.findall(r"bit<(\d+)>\s+(\w+)\s*;", body.group(1))
     return [(name, int(bits)) for bits, name in fields]
 
