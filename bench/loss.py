@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.progress import Progress
-from bench.sweep_cli import _list, _positive, _strategy
+from bench.sweep_cli import comma_list, positive_int, strategy_name
 from controller.topology import load
 from passing.pipeline_files import topology_file
 from passing_agent import STRATEGIES
@@ -183,14 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", choices=["model", "bmv2"], default="model")
     ap.add_argument("--size", type=parse_size, default=parse_size("256K"),
                     help="float32 values per tensor, K/M suffixes (default 256K: 1 MiB)")
-    ap.add_argument("--strategies", type=_list(_strategy), default=["passing", "ring"],
+    ap.add_argument("--strategies", type=comma_list(strategy_name), default=["passing", "ring"],
                     metavar="S[,...]", help=f"of {', '.join(STRATEGIES)} "
                     "(default passing,ring)")
-    ap.add_argument("--loss", type=_list(_condition), default=[c for c, _ in GOALS],
+    ap.add_argument("--loss", type=comma_list(_condition), default=[c for c, _ in GOALS],
                     metavar="P[,...]", help="loss conditions after the no-loss run: P %% on "
                     "every link, or P@host on the first host's link (default 1,5,20@host)")
-    ap.add_argument("--iters", type=_positive, default=3, help="timed calls per run (default 3)")
-    ap.add_argument("--rounds", type=_positive, default=2,
+    ap.add_argument("--iters", type=positive_int, default=3, help="timed calls per run (default 3)")
+    ap.add_argument("--rounds", type=positive_int, default=2,
                     help="times the whole sequence of conditions runs; each row is the median "
                          "over them (default 2)")
     ap.add_argument("--json-out", default=None, help="also write the rows to this file")

@@ -13,7 +13,7 @@ from passing_agent.sizes import parse_size
 from passing_agent.workloads import DEFAULT_MODEL, MODELS
 
 
-def _list(parse):
+def comma_list(parse):
     """An argparse type: comma-separated values, each parsed by `parse`."""
     def parse_all(text: str) -> list:
         items = [t.strip() for t in text.split(",") if t.strip()]
@@ -23,7 +23,7 @@ def _list(parse):
     return parse_all
 
 
-def _bandwidth(text: str) -> float | None:
+def link_rate_arg(text: str) -> float | None:
     if text == "shipped":
         return None
     try:
@@ -35,13 +35,13 @@ def _bandwidth(text: str) -> float | None:
     return value
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: a whole number, at least 1")
     return int(text)
 
 
-def _strategy(text: str) -> str:
+def strategy_name(text: str) -> str:
     if text not in STRATEGIES:
         raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(STRATEGIES)}")
     return text
@@ -71,17 +71,18 @@ def parse_args(argv: list[str] | None,
                          "(default 2)")
     sub = ap.add_argument_group("a subset instead of the whole plan")
     sub.add_argument("--topo", default=None, help="shipped topology (default leafspine)")
-    sub.add_argument("--bw", type=_list(_bandwidth), default=None, metavar="MBITS[,...]",
+    sub.add_argument("--bw", type=comma_list(link_rate_arg), default=None, metavar="MBITS[,...]",
                      help="link rates in Mbit/s, 0 unshaped, 'shipped' as the topology file "
                           "has them (default shipped)")
-    sub.add_argument("--gpus", type=_list(_positive), default=None, metavar="G[,...]",
+    sub.add_argument("--gpus", type=comma_list(positive_int), default=None, metavar="G[,...]",
                      help="GPUs per host (default: as the topology file has them)")
-    sub.add_argument("--sizes", type=_list(parse_size), default=None, metavar="SIZE[,...]",
+    sub.add_argument("--sizes", type=comma_list(parse_size), default=None, metavar="SIZE[,...]",
                      help="float32 values per tensor, K/M suffixes, as the allreduce command "
                           "takes them (default 1M)")
-    sub.add_argument("--strategies", type=_list(_strategy), default=None, metavar="S[,...]",
+    sub.add_argument("--strategies", type=comma_list(strategy_name), default=None,
+                     metavar="S[,...]",
                      help=f"of {', '.join(STRATEGIES)} (default all)")
-    sub.add_argument("--hosts", type=_list(_positive), default=None, metavar="N[,...]",
+    sub.add_argument("--hosts", type=comma_list(positive_int), default=None, metavar="N[,...]",
                      help="job sizes in hosts (default every host)")
     sub.add_argument("--train-steps", type=int, default=0,
                      help="also train an MLP this many steps per strategy (default 0)")
@@ -91,7 +92,7 @@ def parse_args(argv: list[str] | None,
     sub.add_argument("--target-accuracy", type=float, default=0.9,
                      help="with --train-steps: report the training time to this test "
                           "accuracy (default 0.9)")
-    sub.add_argument("--iters", type=_positive, default=2,
+    sub.add_argument("--iters", type=positive_int, default=2,
                      help="timed calls per run, after a warm-up call (default 2; one call, "
                           "untimed warm-up none, where --long-call applies)")
     ap.add_argument("--long-call", type=float, default=LONG_CALL_S, metavar="SECONDS",
