@@ -1,11 +1,9 @@
-"""The compiled PASSING path of the model switch (fastpath.c): built on first use, bound to a
+"""The compiled PASSING path of the model switch (fastpath*.c): built on first use, bound to a
 Pipeline's registers, counters and tables; the switch's port loop runs in it a receive batch at
-a time (receive, the PASSING path, send).
-
-The C file is compiled with the constants of passing.protocol (K among them) by passing.cbuild
-(build/fastpath/ of a checkout), so an edited source or another PASSING_K never runs a stale
-library. Where no C compiler is found the switch keeps the Python pipeline for every
-frame (`load()` returns None and says why).
+a time (receive, the PASSING path, send). The C units are compiled with the constants of
+passing.protocol (K among them) by passing.cbuild (build/fastpath/ of a checkout), so an edited
+source or another PASSING_K never runs a stale library. Where no C compiler is found the switch
+keeps the Python pipeline for every frame (`load()` returns None and says why).
 
 Only the parser's PASSING path is compiled: any other frame (and a tagged one) comes back to
 the caller for Pipeline.process, so the two paths interleave frame by frame on the same state.
@@ -27,9 +25,9 @@ from passing.protocol import Flag, GlobalDrop, JobDrop, JobEvent
 
 log = logging.getLogger("switch_model.fastpath")
 
-SOURCE = Path(__file__).with_name("fastpath.c")
-# Environment variable: "python" makes the Python pipeline the switch model's default for every
-# frame (switch_model/cli.py's --pipeline).
+SOURCES = [Path(__file__).with_name(n) for n in  # the path, its Aggregation, the port loop
+           ("fastpath.c", "fastpath_aggregate.c", "fastpath_ports.c", "fastpath.h")]
+# "python" here makes the Python pipeline the model's default (switch_model/cli.py's --pipeline).
 PATH_ENV = "PASSING_MODEL_PIPELINE"
 # Frames longer than this (a PASSING frame with a long trailer) take the Python path.
 FAST_MAX_FRAME = max(2048, -(-P.FRAME_BYTES // 1024) * 1024)
@@ -44,7 +42,7 @@ RX_BATCH = 64  # frames the port loop takes from one port per system call (switc
 MARK_BYTES = (P.MARK_QDEPTH + RX_BATCH) * 2 * P.FRAME_BYTES
 OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME
 
-# The layout of ctx, as fastpath.c's enum.
+# The layout of ctx, as fastpath.h's enum.
 (C_JOBS, C_NJOBS, C_MEMBERS, C_NMEMBERS, C_PEERS, C_NPEERS, C_REPLICAS, C_NREPLICAS,
  C_CAPACITY, C_GEN, C_SESSION, C_ROUND, C_FLAGS, C_NSUM, C_EXP, C_COUNT, C_BITMAP, C_VALUES,
  C_GLOBAL, C_NGLOBAL, C_JOBSTATS, C_NJOBSTATS, C_POOLC, C_NPOOLC, C_LATE, C_NLATE,
@@ -77,7 +75,7 @@ def _defines() -> dict[str, int]:
 
 def build() -> Path:
     """The compiled library for this source and these constants, built if not yet there."""
-    return cbuild.build(SOURCE, "fastpath", _defines())
+    return cbuild.build(SOURCES, "fastpath", _defines())
 
 
 def _open(lib: Path) -> ctypes.CDLL:
