@@ -5,9 +5,14 @@
   one uplink to the spine. Goal: each gets 45-55% of what they carry together.
 - tcp: job 1 on h1 and h3 all-reducing beside a bulk TCP flow (iperf3) from h2 to h4 over the
   same uplink. Goal: TCP keeps at least 40% of the link; Jain's index over the two >= 0.95.
+- slow-host: job 1 on all four hosts, h4's link shaped to --slow-mbps (the others as shipped):
+  the sums reach h4 no faster than its link, so its ToR queues them, and the hosts' windows
+  must hold the job to that link without flooding it. Goal: the slow link busy >= 80% while
+  the job runs, resends under 2% of packets, and a call within 1.3x of the slow link's time.
 
     sudo .venv/bin/python -m bench.fairness                    # both, model target, 1M values
     sudo .venv/bin/python -m bench.fairness --scenarios tcp --target bmv2 --json-out f.json
+    sudo .venv/bin/python -m bench.fairness --scenarios slow-host --slow-mbps 25
 
 What a flow carries is read off the switch side of its host's link (the frames tor1 received
 from h1, h2), sampled every SAMPLE_S while both run; a share counts only the samples in which
@@ -23,6 +28,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from controller.topology import load
@@ -32,7 +38,7 @@ from topologies.network import PassingNetwork
 
 SAMPLE_S = 0.25
 ACTIVE_MBPS = 2.0  # below this in a sample, a flow is not moving
-SCENARIOS = ("two-jobs", "tcp")
+SCENARIOS = ("two-jobs", "tcp", "slow-host")
 
 
 def jain(rates: list[float]) -> float:
@@ -45,16 +51,17 @@ def jain(rates: list[float]) -> float:
 class Sampler(threading.Thread):
     """Bytes received on root-namespace interfaces, every SAMPLE_S, until stopped."""
 
-    def __init__(self, interfaces: dict[str, str]):
+    def __init__(self, interfaces: dict[str, str], direction: str = "rx"):
         super().__init__(daemon=True)
         self.interfaces = interfaces
+        self.direction = direction
         self.samples: list[tuple[float, dict[str, int]]] = []
         self._stop_event = threading.Event()
 
     def _read(self) -> dict[str, int]:
         out = {}
         for flow, intf in self.interfaces.items():
-            with open(f"/sys/class/net/{intf}/statistics/rx_bytes") as f:
+            with open(f"/sys/class/net/{intf}/statistics/{self.direction}_bytes") as f:
                 out[flow] = int(f.read())
         return out
 
@@ -160,6 +167,36 @@ def tcp_beside(pnet: PassingNetwork, size: str, iters: int, link_mbps: float) ->
             "jain": jain(list(rates.values())), "stats": {1: _window_stats(reports)}}
 
 
+def slow_host(pnet: PassingNetwork, size: str, iters: int, slow_mbps: float) -> dict:
+    hosts = sorted(pnet.topo.hosts)
+    slow = hosts[-1]
+    pnet.create_job(1, hosts)
+    fast = _checked(pnet.allreduce(size, job_id=1, iters=iters, warmup=1, timeout=120), 1)
+    shipped = pnet.topo
+    host = shipped.hosts[slow]
+    pnet.set_link_rates(replace(shipped, hosts={
+        **shipped.hosts, slow: replace(host, link=replace(host.link, bw=slow_mbps))}))
+    sampler = Sampler({"down": _port_intf(pnet, slow)}, direction="tx")
+    try:
+        sampler.start()
+        reports = pnet.allreduce(size, job_id=1, iters=iters, warmup=1, timeout=300)
+    finally:
+        sampler.stop()
+        pnet.set_link_rates(shipped)
+    _checked(reports, 1)
+    call_s = max(r["mean_s"] for r in reports.values())
+    # What one call brings down the slow link, at its rate: no call can take less.
+    bound_s = reports[slow]["timed_rx_bytes"] * 8 / (slow_mbps * 1e6)
+    packets = sum(r["packets"] for r in reports.values())
+    resent = sum(r["retransmissions"] for r in reports.values())
+    return {"scenario": "slow-host", "slow_host": slow, "slow_mbps": slow_mbps,
+            "shipped_call_s": max(r["mean_s"] for r in fast.values()), "call_s": call_s,
+            "link_bound_s": bound_s, "call_over_bound": call_s / bound_s,
+            "slow_link_busy": sampler.rates()["down"] / slow_mbps,
+            "resent_share": resent / packets if packets else 0.0,
+            "stats": {1: _window_stats(reports)}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.fairness", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="model", help="model, bmv2 or auto (default model)")
@@ -168,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="1M", help="values per all-reduce (default 1M)")
     ap.add_argument("--iters", type=int, default=20, help="all-reduces per job (default 20)")
     ap.add_argument("--windows", default="256,32", help="two-jobs: the jobs' pools")
+    ap.add_argument("--slow-mbps", type=float, default=None,
+                    help="slow-host: the last host's link rate (default a quarter of the uplink)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     scenarios = args.scenarios.split(",")
@@ -177,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     windows = tuple(int(w) for w in args.windows.split(","))
     if len(windows) != 2 or min(windows) < 1:
         ap.error(f"--windows {args.windows!r}: two pools of at least 1 slot, e.g. 256,32")
+    if args.slow_mbps is not None and args.slow_mbps <= 0:
+        ap.error(f"--slow-mbps {args.slow_mbps:g}: a rate above 0 Mbit/s")
     busy = busy_message()
     if busy:
         print(f"bench.fairness: {busy}", file=sys.stderr)
@@ -192,8 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         pnet.start()
         try:
             for sc in scenarios:
-                res = (two_jobs(pnet, args.size, args.iters, windows) if sc == "two-jobs"
-                       else tcp_beside(pnet, args.size, args.iters, uplink_mbps))
+                if sc == "two-jobs":
+                    res = two_jobs(pnet, args.size, args.iters, windows)
+                elif sc == "tcp":
+                    res = tcp_beside(pnet, args.size, args.iters, uplink_mbps)
+                else:
+                    res = slow_host(pnet, args.size, args.iters,
+                                    args.slow_mbps or uplink_mbps / 4)
                 res["target"] = pnet.target
                 print(json.dumps(res), flush=True)
                 out.append(res)
