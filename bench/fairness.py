@@ -5,7 +5,7 @@
   one uplink to the spine. Goal: each gets 45-55% of what they carry together.
 - tcp: job 1 on h1 and h3 all-reducing beside a bulk TCP flow (iperf3) from h2 to h4 over the
   same uplink. Goal: TCP keeps at least 40% of the link; Jain's index over the two >= 0.95.
-- slow-host: job 1 on all four hosts, h4's link shaped to --slow-mbps (the others as shipped):
+- slow-host: job 3 on all four hosts, h4's link shaped to --slow-mbps (the others as shipped):
   the sums reach h4 no faster than its link, so its ToR queues them, and the hosts' windows
   must hold the job to that link without flooding it. Goal: the slow link busy >= 80% while
   the job runs, resends under 2% of packets, and a call within 1.3x of the slow link's time.
@@ -39,6 +39,7 @@ from topologies.network import PassingNetwork
 SAMPLE_S = 0.25
 ACTIVE_MBPS = 2.0  # below this in a sample, a flow is not moving
 SCENARIOS = ("two-jobs", "tcp", "slow-host")
+SLOW_JOB = 3
 
 
 def jain(rates: list[float]) -> float:
@@ -170,8 +171,9 @@ def tcp_beside(pnet: PassingNetwork, size: str, iters: int, link_mbps: float) ->
 def slow_host(pnet: PassingNetwork, size: str, iters: int, slow_mbps: float) -> dict:
     hosts = sorted(pnet.topo.hosts)
     slow = hosts[-1]
-    pnet.create_job(1, hosts)
-    fast = _checked(pnet.allreduce(size, job_id=1, iters=iters, warmup=1, timeout=120), 1)
+    pnet.create_job(SLOW_JOB, hosts)  # its own job: the other scenarios' jobs have two hosts
+    fast = _checked(pnet.allreduce(size, job_id=SLOW_JOB, iters=iters, warmup=1, timeout=120),
+                    SLOW_JOB)
     shipped = pnet.topo
     host = shipped.hosts[slow]
     pnet.set_link_rates(replace(shipped, hosts={
@@ -179,11 +181,11 @@ def slow_host(pnet: PassingNetwork, size: str, iters: int, slow_mbps: float) -> 
     sampler = Sampler({"down": _port_intf(pnet, slow)}, direction="tx")
     try:
         sampler.start()
-        reports = pnet.allreduce(size, job_id=1, iters=iters, warmup=1, timeout=300)
+        reports = pnet.allreduce(size, job_id=SLOW_JOB, iters=iters, warmup=1, timeout=300)
     finally:
         sampler.stop()
         pnet.set_link_rates(shipped)
-    _checked(reports, 1)
+    _checked(reports, SLOW_JOB)
     call_s = max(r["mean_s"] for r in reports.values())
     # What one call brings down the slow link, at its rate: no call can take less.
     bound_s = reports[slow]["timed_rx_bytes"] * 8 / (slow_mbps * 1e6)
@@ -194,7 +196,7 @@ def slow_host(pnet: PassingNetwork, size: str, iters: int, slow_mbps: float) -> 
             "link_bound_s": bound_s, "call_over_bound": call_s / bound_s,
             "slow_link_busy": sampler.rates()["down"] / slow_mbps,
             "resent_share": resent / packets if packets else 0.0,
-            "stats": {1: _window_stats(reports)}}
+            "stats": {SLOW_JOB: _window_stats(reports)}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,9 @@
  * conformance suite runs the switch model on this path. Why it exists: in Python each aggregation
  * packet costs ~15-20 us, which on a 2-core machine limits the emulated links (issue 15).
  *
- * Frames other than the parser's PASSING path (L2 traffic, the guard's drops, tagged frames) are
- * not handled here: fp_run stops at them and the Python pipeline takes them.
+ * Frames off the parser's PASSING path go through the result guard and L2 forwarding
+ * (fastpath_forward.c); fp_run stops at a frame with a tag the kernel took off, or one too short
+ * or too long for it, and the Python pipeline takes those.
  *
  * The port loop that feeds it from packet sockets is fastpath_ports.c; what both use, fastpath.h. The
  * constants come from passing.protocol as -D definitions (switch_model/fastpath.py): K,
@@ -17,7 +18,7 @@
 
 #include "fastpath.h"
 
-static void count(const uint64_t *ctx, int which, uint64_t index, uint64_t nbytes) {
+void count(const uint64_t *ctx, int which, uint64_t index, uint64_t nbytes) {
     uint64_t *cells = (uint64_t *)ctx[which];
     if (index >= ctx[which + 1]) return; /* as SwitchState.count: never crash the switch */
     cells[2 * index] += 1;
@@ -94,17 +95,21 @@ static void rewrite(uint8_t *o, const uint8_t *frame, uint32_t len, const uint64
     if (len > PASSING_END) memcpy(o + PASSING_END, frame + PASSING_END, len - PASSING_END);
 }
 
-/* Whether the parser takes the frame to parse_passing (Pipeline.process's first test). */
-static int passing_path(const uint8_t *f, uint32_t len) {
-    return len >= PASSING_OFF && f[12] == 0x08 && f[13] == 0x00 && (f[IPV4_OFF] & 0x0F) == 5
-        && (f[IPV4_OFF + 6] & 0x1F) == 0 && f[IPV4_OFF + 7] == 0 && f[IPV4_OFF + 9] == 17
-        && be16(f + UDP_OFF + 2) == PASSING_PORT;
+/* Whether this path takes a received frame (skip: 0 as received, 1 dropped unseen, 2 with
+ * the tag the kernel took off): one with an Ethernet header, short enough for the output
+ * arrays, while the tables are usable. The frames left are Pipeline.process's. */
+int compiled_takes(const uint64_t *ctx, const uint8_t *f, uint32_t len, uint8_t skip) {
+    (void)f;
+    return !skip && ctx[C_MAXCOPIES] && len >= IPV4_OFF && len <= FAST_MAX_FRAME;
 }
 
-/* Whether this path takes a received frame (skip: 0 as received, 1 dropped unseen, 2 tagged):
- * a PASSING-path frame short enough for the output arrays, while the tables are usable. */
-int compiled_takes(const uint64_t *ctx, const uint8_t *f, uint32_t len, uint8_t skip) {
-    return !skip && ctx[C_MAXCOPIES] && len <= FAST_MAX_FRAME && passing_path(f, len);
+void emit(const uint64_t *ctx, uint64_t *io, uint32_t port, const uint8_t *frame, uint32_t len) {
+    uint64_t k = io[IO_NOUT]++;
+    ((uint32_t *)ctx[C_OUTPORT])[k] = port;
+    ((uint32_t *)ctx[C_OUTOFF])[k] = (uint32_t)io[IO_USED];
+    ((uint32_t *)ctx[C_OUTLEN])[k] = len;
+    memcpy((uint8_t *)ctx[C_OUT] + io[IO_USED], frame, len);
+    io[IO_USED] += len;
 }
 
 /* Pipeline._passing for one frame; its copies appended to the output arrays. */
@@ -182,8 +187,8 @@ static void passing(const uint64_t *ctx, uint32_t port, const uint8_t *frame, ui
 }
 
 /* Frames start..end-1 of a receive batch (frame i at rx + i * stride, lens[i] bytes, skip[i]
- * nonzero for a frame the caller handles), all arrived on `port`: each PASSING-path frame is
- * processed here in order, until one that is not, or until the output arrays might not hold
+ * nonzero for a frame the caller handles), all arrived on `port`: each frame this path takes
+ * is processed here in order, until one it does not, or until the output arrays might not hold
  * the next frame's copies (then io[IO_FULL] = 1). Returns the index of the first frame not
  * processed. */
 int64_t fp_run(const uint64_t *ctx, const uint8_t *rx, uint64_t stride, const uint32_t *lens,
@@ -198,7 +203,8 @@ int64_t fp_run(const uint64_t *ctx, const uint8_t *rx, uint64_t stride, const ui
             io[IO_FULL] = 1;
             return i;
         }
-        passing(ctx, port, f, len, io);
+        if (passing_path(f, len)) passing(ctx, port, f, len, io);
+        else forward(ctx, port, f, len, io);
     }
     return end;
 }

@@ -29,7 +29,8 @@ enum {
     C_GLOBAL, C_NGLOBAL, C_JOBSTATS, C_NJOBSTATS, C_POOLC, C_NPOOLC, C_LATE, C_NLATE,
     C_EGRESS, C_NEGRESS, C_OUT, C_OUTCAP, C_OUTPORT, C_OUTOFF, C_OUTLEN, C_MAXOUT, C_MAXCOPIES,
     C_RX, C_RXSLOT, C_RXBATCH, C_RXLEN, C_RXSKIP, C_RXCTRL, C_CTRLSPACE, C_RXNAME, C_PORTFD,
-    C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_LEN
+    C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_L2, C_NL2, C_GUARDS, C_NGUARDS, C_L2DEF,
+    C_L2DEFARG, C_LEN
 };
 /* Table rows, as uint64 columns (FastPath._sync). */
 enum { J_JOB, J_POOL, J_STAT, J_ROOT, J_UPLINK, J_EPOCH, J_PSIZE, J_PBASE, J_GEN, J_FANIN,
@@ -37,6 +38,8 @@ enum { J_JOB, J_POOL, J_STAT, J_ROOT, J_UPLINK, J_EPOCH, J_PSIZE, J_PBASE, J_GEN
 enum { M_JOB, M_PORT, M_CONTRIB, M_COUNT, M_COLS };
 enum { P_JOB, P_PORT, P_RID, P_SRCIP, P_DSTIP, P_SRCMAC, P_DSTMAC, P_DPORT, P_CONTRIB, P_COLS };
 enum { R_GROUP, R_PORT, R_RID, R_COLS };
+enum { L_MAC, L_KIND, L_ARG, L_COLS };   /* l2_forward, sorted by MAC; kinds L2_TO_PORT, L2_FLOOD */
+enum { G_PORT, G_STAT, G_COLS };          /* result_guard */
 /* io: what a call leaves for the caller. */
 enum { IO_NOUT, IO_USED, IO_FULL, IO_K, IO_NEXT, IO_SLOW_END, IO_TX_ERRORS, IO_TRUNCATED };
 
@@ -68,6 +71,31 @@ struct vword { uint32_t round, flags, nsum, exp, count; uint64_t bitmap; };
 /* fastpath_aggregate.c: Aggregation.aggregate() (the event; the version word and values row). */
 int aggregate(const uint64_t *ctx, const uint8_t *frame, const uint64_t *j, const struct hdr *h,
               struct vword *mine, uint32_t **row);
+
+/* The parser's path to parse_passing (Pipeline.process's first test): IPv4 without options,
+ * fragment offset 0, UDP, to the PASSING port. */
+static inline int passing_path(const uint8_t *f, uint32_t len) {
+    return len >= PASSING_OFF && be16(f + 12) == 0x0800 && (f[IPV4_OFF] & 0x0F) == 5
+        && (f[IPV4_OFF + 6] & 0x1F) == 0 && f[IPV4_OFF + 7] == 0 && f[IPV4_OFF + 9] == 17
+        && be16(f + UDP_OFF + 2) == PASSING_PORT;
+}
+
+/* Whether a copy the path made is a PASSING packet (an aggregation packet, or a result), which
+ * the egress may mark: the switch sends those, and only those, from the PASSING port, since
+ * ResultGuard drops every other UDP datagram from it whose ports it can see. */
+static inline int passing_copy(const uint8_t *f, uint32_t len) {
+    return len >= PASSING_OFF && be16(f + 12) == 0x0800 && (f[IPV4_OFF] & 0x0F) == 5
+        && (f[IPV4_OFF + 6] & 0x1F) == 0 && f[IPV4_OFF + 7] == 0 && f[IPV4_OFF + 9] == 17
+        && be16(f + UDP_OFF) == PASSING_PORT;
+}
+
+/* fastpath.c: a counter cell counts a packet of nbytes (SwitchState.count); a copy of a frame
+ * appended to the output arrays, to leave on `port`. */
+void count(const uint64_t *ctx, int which, uint64_t index, uint64_t nbytes);
+void emit(const uint64_t *ctx, uint64_t *io, uint32_t port, const uint8_t *frame, uint32_t len);
+
+/* fastpath_forward.c: ResultGuard and L2Forward for a frame off the PASSING path. */
+void forward(const uint64_t *ctx, uint32_t port, const uint8_t *frame, uint32_t len, uint64_t *io);
 
 /* fastpath.c: whether the compiled path takes a received frame, and a run of a batch through it. */
 int compiled_takes(const uint64_t *ctx, const uint8_t *f, uint32_t len, uint8_t skip);

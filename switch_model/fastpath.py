@@ -5,7 +5,9 @@ passing.protocol (K among them) by passing.cbuild (build/fastpath/ of a checkout
 source or another PASSING_K never runs a stale library. Where no C compiler is found the switch
 keeps the Python pipeline for every frame (`load()` returns None and says why).
 
-Only the parser's PASSING path is compiled: any other frame (and a tagged one) comes back to
+The PASSING path, the result guard and L2 forwarding are compiled. A frame whose VLAN tag the
+kernel took off, one shorter than an Ethernet header or longer than FAST_MAX_FRAME, and every
+frame while a table holds what the compiled path cannot take (fastpath_tables) comes back to
 the caller for Pipeline.process, so the two paths interleave frame by frame on the same state.
 """
 
@@ -22,16 +24,24 @@ import numpy as np
 from passing import cbuild
 from passing import protocol as P
 from passing.protocol import Flag, GlobalDrop, JobDrop, JobEvent
+from switch_model.fastpath_tables import (
+    L2_FLOOD,
+    L2_TO_PORT,
+    MAX_COPIES,
+    TableArrays,
+    Unsupported,
+    table_arrays,
+)
 
 log = logging.getLogger("switch_model.fastpath")
 
 SOURCES = [Path(__file__).with_name(n) for n in  # the path, its Aggregation, the port loop
-           ("fastpath.c", "fastpath_aggregate.c", "fastpath_ports.c", "fastpath.h")]
+           ("fastpath.c", "fastpath_aggregate.c", "fastpath_forward.c", "fastpath_ports.c",
+            "fastpath.h")]
 # "python" here makes the Python pipeline the model's default (switch_model/cli.py's --pipeline).
 PATH_ENV = "PASSING_MODEL_PIPELINE"
 # Frames longer than this (a PASSING frame with a long trailer) take the Python path.
 FAST_MAX_FRAME = max(2048, -(-P.FRAME_BYTES // 1024) * 1024)
-MAX_COPIES = 64  # the most replicas of a multicast group the compiled path copies to
 OUT_FRAMES = 4096
 RX_BATCH = 64  # frames the port loop takes from one port per system call (switch_model.ports)
 # The model's congestion mark (docs/protocol.md, "Congestion control"): the P4 program's
@@ -48,14 +58,11 @@ OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME
  C_GLOBAL, C_NGLOBAL, C_JOBSTATS, C_NJOBSTATS, C_POOLC, C_NPOOLC, C_LATE, C_NLATE,
  C_EGRESS, C_NEGRESS, C_OUT, C_OUTCAP, C_OUTPORT, C_OUTOFF, C_OUTLEN, C_MAXOUT, C_MAXCOPIES,
  C_RX, C_RXSLOT, C_RXBATCH, C_RXLEN, C_RXSKIP, C_RXCTRL, C_CTRLSPACE, C_RXNAME, C_PORTFD,
- C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_LEN) = range(49)
+ C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_L2, C_NL2, C_GUARDS, C_NGUARDS, C_L2DEF,
+ C_L2DEFARG, C_LEN) = range(55)
 IO_NOUT, IO_USED, IO_FULL, IO_K, IO_NEXT, IO_SLOW_END, IO_TX_ERRORS, IO_TRUNCATED = range(8)
 SOCKADDR_LL_SIZE = 20
 TP_STATUS_VLAN_VALID = 0x10
-JOB_COLUMNS = ("stat_idx", "is_root", "uplink_port", "epoch", "pool_size", "pool_base", "gen",
-               "fan_in", "quorum", "mcast_grp")
-MEMBER_COLUMNS = ("contributor", "count")
-PEER_COLUMNS = ("src_ip", "dst_ip", "src_mac", "dst_mac", "dst_port", "contributor")
 COUNTERS = ((C_GLOBAL, "global_drops"), (C_JOBSTATS, "job_stats"), (C_POOLC, "pool_contribs"),
             (C_LATE, "late_contribs"), (C_EGRESS, "egress_drops"))
 
@@ -65,7 +72,8 @@ def _defines() -> dict[str, int]:
          "FLAGS_KNOWN": P.FLAGS_MASK, "ROLE_ROOT": int(P.Role.ROOT),
          "JOB_STATS_STRIDE": P.JOB_STATS_STRIDE, "MAX_FAN_IN": P.MAX_FAN_IN,
          "FAST_MAX_FRAME": FAST_MAX_FRAME, "MAX_COPIES": MAX_COPIES, "OUT_FRAMES": OUT_FRAMES,
-         "MARK_BYTES": MARK_BYTES}
+         "MARK_BYTES": MARK_BYTES, "L2_TO_PORT": L2_TO_PORT, "L2_FLOOD": L2_FLOOD}
+    d.update({f"TPID_{i}": tpid for i, tpid in enumerate(P.VLAN_TPIDS)})
     d.update({f"FLAG_{f.name}": int(f) for f in Flag})
     d.update({f"DROP_{e.name}": int(e) for e in JobDrop})
     d.update({f"EVT_{e.name}": int(e) for e in JobEvent})
@@ -132,7 +140,7 @@ class FastPath:
         self.scratch = np.zeros(dll.fp_scratch_bytes(), dtype=np.uint8)
         ctx[C_SCRATCH] = self.scratch.ctypes.data
         self._synced = -1
-        self._tables: tuple[np.ndarray, ...] = ()
+        self._tables: TableArrays | None = None
         self._ctx_addr, self._io_addr = ctx.ctypes.data, self.io.ctypes.data
 
     def _sync(self) -> None:
@@ -145,31 +153,16 @@ class FastPath:
         self._synced = st.changes  # an unusable copy is not retried before the next change
         self.ctx[C_MAXCOPIES] = 0  # fastpath.c: every frame to the caller
         try:
-            jobs = [(job, pool, *(a.params[c] for c in JOB_COLUMNS))
-                    for (job, pool), a in st.tables["job_config"].entries.items()
-                    if _only(a, "set_job")]
-            members = [(job, port, *(a.params[c] for c in MEMBER_COLUMNS))
-                       for (job, port), a in st.tables["membership"].entries.items()
-                       if _only(a, "set_member")]
-            peers = [(job, port, rid, *(a.params[c] for c in PEER_COLUMNS))
-                     for (job, port, rid), a in st.tables["peer_rewrite"].entries.items()
-                     if _only(a, "set_peer")]
-            groups = list(st.mcast.items())
-            replicas = [(g, port, rid) for g, reps in groups for port, rid in reps]
-            widest = max((len(reps) for _, reps in groups), default=1)
-            if widest > MAX_COPIES:
-                raise _Unsupported(f"a multicast group of {widest} replicas")
-            # A value no P4 field holds (negative, or wider than 64 bits; only an in-process
-            # writer can make one) raises here: Python alone then.
-            tables = tuple(np.array(rows, dtype=np.uint64).reshape(len(rows), cols)
-                           for rows, cols in ((jobs, 12), (members, 4), (peers, 9),
-                                              (replicas, 3)))
-        except (_Unsupported, OverflowError, ValueError, TypeError):
+            tables = table_arrays(st)
+        except (Unsupported, OverflowError, ValueError, TypeError):
             return
         self._tables = tables  # kept alive: ctx holds their addresses
-        for i, t in zip((C_JOBS, C_MEMBERS, C_PEERS, C_REPLICAS), tables, strict=True):
-            self.ctx[i], self.ctx[i + 1] = t.ctypes.data, len(t)
-        self.ctx[C_MAXCOPIES] = max(widest, 1)
+        for i, a in ((C_JOBS, tables.jobs), (C_MEMBERS, tables.members), (C_PEERS, tables.peers),
+                     (C_REPLICAS, tables.replicas), (C_L2, tables.l2),
+                     (C_GUARDS, tables.guards)):
+            self.ctx[i], self.ctx[i + 1] = a.ctypes.data, len(a)
+        self.ctx[C_L2DEF], self.ctx[C_L2DEFARG] = tables.l2_default
+        self.ctx[C_MAXCOPIES] = tables.widest
 
     def run(self, buf: np.ndarray, lengths: np.ndarray, skip: np.ndarray, port: int,
             start: int, end: int) -> int:
@@ -274,16 +267,6 @@ def interleave(pipeline, fast: FastPath | None, port: int, buf: np.ndarray, leng
             if frame is not None:
                 take(pipeline.process(port, frame))
     flush()
-
-
-class _Unsupported(Exception):
-    pass
-
-
-def _only(action, name: str) -> bool:
-    if action.name != name:
-        raise _Unsupported(action.name)
-    return True
 
 
 def main() -> int:

@@ -53,8 +53,10 @@ static void flush(const uint64_t *ctx, uint64_t *io) {
             m++;
         }
         if (port >= ctx[C_NPORTFD] || fds[port] < 0) continue; /* no such port: dropped */
-        if (queue_deep((int)fds[port]))
-            for (int c = 0; c < m; c++) ((uint8_t *)iov[c].iov_base)[FLAGS_OFF] |= FLAG_CONGESTED;
+        if (queue_deep((int)fds[port])) /* the egress marks PASSING packets only */
+            for (int c = 0; c < m; c++)
+                if (passing_copy(iov[c].iov_base, (uint32_t)iov[c].iov_len))
+                    ((uint8_t *)iov[c].iov_base)[FLAGS_OFF] |= FLAG_CONGESTED;
         int sent = 0;
         while (sent < m) {
             int r = sendmmsg((int)fds[port], hdr + sent, m - sent, 0);

@@ -7,10 +7,22 @@ A mark never changes a sum, and a packet that is not counted (a duplicate) marks
 from __future__ import annotations
 
 import numpy as np
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
 
+from controller.tables.forwarding import ForwardingTables
 from passing import protocol as P
 from switch_model.fastpath import MARK_BYTES
-from testbed.entries import Uplink, contribution, install_job, received, results_at
+from testbed.entries import (
+    Uplink,
+    contribution,
+    decode,
+    host_ip,
+    host_mac,
+    install_job,
+    received,
+    results_at,
+)
 from testbed.queues import slow_egress
 
 DEV, JOB = 0, 12
@@ -110,3 +122,31 @@ def test_a_deep_egress_queue_marks_what_leaves_through_it(star):
              else int(MARK_BYTES / (1.5 * P.FRAME_BYTES)))
     assert len(marked) >= rounds - first - 8, marked
     assert slow[-1]["flags"] & MARK
+
+
+def test_ordinary_frames_through_a_marking_queue_leave_unchanged(star):
+    """The mark is PASSING's: a TCP segment or a UDP datagram queued in the same deep queue
+    as marked results leaves byte for byte as it came (the model forwards such frames in C,
+    beside the results it marks)."""
+    sw = star["s1"]
+    ForwardingTables(sw.conn).sync({host_mac(DEV, 1): 1}, flood_ports=range(1, 6),
+                                   flood_group=1)
+    rounds = 56 if star.target == "bmv2" else 240
+    install_job(sw.conn, DEV, JOB, members={1: 0, 2: 1}, pool_size=256)
+    vals = np.random.default_rng(16).integers(-(2**24), 2**24, size=(rounds, 2, P.K))
+    # Byte 47 (where a PASSING header keeps its flags) is 0 in each: a mark would set a bit.
+    ordinary = [bytes(Ether(src=host_mac(DEV, 3), dst=host_mac(DEV, 1))
+                      / IP(src=host_ip(DEV, 3), dst=host_ip(DEV, 1))
+                      / (TCP(sport=5201, dport=40000 + i, flags="A") if i % 2
+                         else UDP(sport=40000 + i, dport=5201))
+                      / bytes(1000)) for i in range(8)]
+    with slow_egress(star, "s1", 1, pps=40):
+        for s in range(rounds):
+            _round(sw, vals[s], slot=s, rnd=0)
+            if s >= rounds - len(ordinary):  # behind the queue the results built
+                sw.test_ports[3].send(ordinary[s - rounds + len(ordinary)])
+        got = sw.test_ports[1].recv(rounds + len(ordinary), 15.0)
+    results = [decode(f)[1] for f in got if f[34:36] == P.PASSING_UDP_PORT.to_bytes(2, "big")]
+    assert any(r["flags"] & MARK for r in results), "the queue never got deep enough to mark"
+    assert [f for f in got if f in ordinary] == ordinary
+    assert len(got) == rounds + len(ordinary)

@@ -50,7 +50,44 @@ def _switch(compiled: bool) -> Pipeline:
     installer.install(conn, job_entries(DEV, 2, {1: 0, 2: 1}, pool_base=8, pool_size=4, gen=7,
                                         stat_idx=1, mcast_grp=12, uplink=Uplink(UPLINK, 1, 9),
                                         quorum=1))
+    # Ordinary traffic: hosts' MACs to their ports, the rest flooded (the controller's default).
+    for mac, port in L2_ENTRIES.items():
+        pipe.state.insert("l2_forward", (mac,), Action("l2_to_port", {"port": port}))
+    pipe.state.mcast_write("INSERT", FLOOD_GROUP, [(p, 0) for p in (1, 2, 3, UPLINK, 5)])
+    pipe.state.set_default("l2_forward", Action("l2_flood", {"mcast_grp": FLOOD_GROUP}))
     return pipe
+
+
+L2_ENTRIES = {0x02_00_00_00_01_01: 1, 0x02_00_00_00_01_03: 3, 0x02_00_00_00_09_00: UPLINK,
+              0x02_00_00_00_01_05: 5}
+FLOOD_GROUP = 900
+# UDP ports the result guard holds for job 2's agents (job 1's are not guarded).
+GUARDED = sorted({port for port in job_entries(DEV, 2, {1: 0, 2: 1}).guards})
+
+
+def _ordinary(rng: random.Random, base: bytearray) -> bytes:
+    """A frame off the PASSING path, from a PASSING frame: TCP or ARP to a known MAC or not,
+    UDP to a guarded port or from the aggregation port, with IPv4 options, a later fragment,
+    or cut short."""
+    mac = rng.choice([*L2_ENTRIES, 0x02_00_00_00_07_07, 0xFF_FF_FF_FF_FF_FF])
+    base[0:6] = mac.to_bytes(6, "big")
+    kind = rng.randrange(7)
+    if kind == 0:
+        base[23] = 6  # TCP
+    elif kind == 1:
+        base[12:14] = b"\x08\x06"  # ARP
+    elif kind == 2:
+        base[36:38] = rng.choice(GUARDED).to_bytes(2, "big")
+    elif kind == 3:
+        base[34:36], base[36:38] = P.PASSING_UDP_PORT.to_bytes(2, "big"), b"\x13\x88"
+    elif kind == 4:
+        base[14] = 0x46  # IPv4 options: the parser cannot see the ports
+    elif kind == 5:
+        base[20:22] = b"\x00\x10"  # a later fragment: no UDP header
+    else:
+        base[36:38] = b"\x00\x35"
+        base = base[:rng.randrange(14, 60)]
+    return bytes(base)
 
 
 # Contributor ids behind each port, per job (as _switch installs them).
@@ -103,6 +140,8 @@ def _frame(rng: random.Random, templates: dict[int, bytes], port: int) -> bytes:
         base[38:40] = b"\x01\x00"  # wrong UDP length
     elif r < 0.095:
         base[36:38] = rng.choice((b"\x13\x88", b"\x00\x35"))  # another UDP port: L2 / guard
+    elif r < 0.16:
+        return _ordinary(rng, base)
     elif r < 0.10:
         base[12:14] = b"\x81\x00"  # tagged
     return bytes(base)

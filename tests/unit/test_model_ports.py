@@ -18,6 +18,7 @@ from controller import installer
 from passing import mmsg
 from passing import protocol as P
 from passing.pipeline_files import load_p4info
+from switch_model.fastpath_tables import MAX_COPIES
 from switch_model.p4runtime_server import P4RuntimeService
 from switch_model.pipeline import Pipeline
 from switch_model.ports import Ports
@@ -38,12 +39,14 @@ class Echo:
 
     def __init__(self, compiled: bool = False):
         self.seen: list[tuple[int, bytes]] = []
-        # With the compiled port loop (fastpath.c) every frame here is not PASSING's, so each
-        # comes back from C to this pipeline's process, between C's receive and send.
+        # The compiled port loop (fastpath*.c) receives and sends; a multicast group wider
+        # than it copies makes it hand every frame back to this pipeline's process, between
+        # C's receive and send (as any table it cannot take does).
         self.fast = None
         if compiled:
             real = Pipeline.from_p4info(load_p4info())
             assert real.use_compiled()
+            real.state.mcast_write("INSERT", 1, [(p, 0) for p in range(MAX_COPIES + 1)])
             self.state, self.fast = real.state, real.fast
 
     def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
