@@ -230,8 +230,11 @@ def test_agents_move_to_a_resized_pool_at_the_same_call(star):
     wrong, moves_at = [], {1: [], 2: []}
 
     def host(i: int) -> None:
+        # Calls until both moves are 5 calls old: a fixed number of calls (it was 400) ran out
+        # before the second resize on a machine where the agents were quick and the
+        # controller's steps slow, and the test then waited for calls that never came.
         try:
-            for c in range(400):
+            for c in range(20000):
                 moves = agents[i].vote.moves
                 if len(moves) == 2 and c >= moves[-1][0] + 5:
                     break  # at the same call on both hosts: they moved at the same call
