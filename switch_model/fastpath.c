@@ -98,8 +98,7 @@ static void rewrite(uint8_t *o, const uint8_t *frame, uint32_t len, const uint64
 /* Whether this path takes a received frame (skip: 0 as received, 1 dropped unseen, 2 with
  * the tag the kernel took off): one with an Ethernet header, short enough for the output
  * arrays, while the tables are usable. The frames left are Pipeline.process's. */
-int compiled_takes(const uint64_t *ctx, const uint8_t *f, uint32_t len, uint8_t skip) {
-    (void)f;
+int compiled_takes(const uint64_t *ctx, uint32_t len, uint8_t skip) {
     return !skip && ctx[C_MAXCOPIES] && len >= IPV4_OFF && len <= FAST_MAX_FRAME;
 }
 
@@ -197,7 +196,7 @@ int64_t fp_run(const uint64_t *ctx, const uint8_t *rx, uint64_t stride, const ui
     for (int64_t i = start; i < end; i++) {
         const uint8_t *f = rx + i * stride;
         uint32_t len = lens[i];
-        if (!compiled_takes(ctx, f, len, skip[i])) return i;
+        if (!compiled_takes(ctx, len, skip[i])) return i;
         if (io[IO_NOUT] + ctx[C_MAXCOPIES] > ctx[C_MAXOUT]
                 || io[IO_USED] + ctx[C_MAXCOPIES] * len > ctx[C_OUTCAP]) {
             io[IO_FULL] = 1;

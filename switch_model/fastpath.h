@@ -1,5 +1,6 @@
-/* What the model switch's two compiled units share (fastpath.c: the PASSING path; fastpath_ports.c:
- * the port loop's receive and send): the frame layout, the layouts of the arrays Python shares
+/* What the model switch's compiled units share (fastpath.c: the PASSING path; fastpath_aggregate.c,
+ * fastpath_forward.c: its Aggregation and its guard and L2 forwarding; fastpath_ports.c: the port
+ * loop's receive and send): the frame layout, the layouts of the arrays Python shares
  * (switch_model/fastpath.py mirrors the enums), the byte helpers, and the path's entry points.
  * The constants come from passing.protocol as -D definitions (switch_model/fastpath.py). */
 
@@ -72,21 +73,22 @@ struct vword { uint32_t round, flags, nsum, exp, count; uint64_t bitmap; };
 int aggregate(const uint64_t *ctx, const uint8_t *frame, const uint64_t *j, const struct hdr *h,
               struct vword *mine, uint32_t **row);
 
-/* The parser's path to parse_passing (Pipeline.process's first test): IPv4 without options,
- * fragment offset 0, UDP, to the PASSING port. */
-static inline int passing_path(const uint8_t *f, uint32_t len) {
+/* Whether the parser sees the frame's UDP ports: IPv4 without options, fragment offset 0, UDP. */
+static inline int udp_ports_visible(const uint8_t *f, uint32_t len) {
     return len >= PASSING_OFF && be16(f + 12) == 0x0800 && (f[IPV4_OFF] & 0x0F) == 5
-        && (f[IPV4_OFF + 6] & 0x1F) == 0 && f[IPV4_OFF + 7] == 0 && f[IPV4_OFF + 9] == 17
-        && be16(f + UDP_OFF + 2) == PASSING_PORT;
+        && (f[IPV4_OFF + 6] & 0x1F) == 0 && f[IPV4_OFF + 7] == 0 && f[IPV4_OFF + 9] == 17;
+}
+
+/* The parser's path to parse_passing (Pipeline.process's first test): to the PASSING port. */
+static inline int passing_path(const uint8_t *f, uint32_t len) {
+    return udp_ports_visible(f, len) && be16(f + UDP_OFF + 2) == PASSING_PORT;
 }
 
 /* Whether a copy the path made is a PASSING packet (an aggregation packet, or a result), which
  * the egress may mark: the switch sends those, and only those, from the PASSING port, since
  * ResultGuard drops every other UDP datagram from it whose ports it can see. */
 static inline int passing_copy(const uint8_t *f, uint32_t len) {
-    return len >= PASSING_OFF && be16(f + 12) == 0x0800 && (f[IPV4_OFF] & 0x0F) == 5
-        && (f[IPV4_OFF + 6] & 0x1F) == 0 && f[IPV4_OFF + 7] == 0 && f[IPV4_OFF + 9] == 17
-        && be16(f + UDP_OFF) == PASSING_PORT;
+    return udp_ports_visible(f, len) && be16(f + UDP_OFF) == PASSING_PORT;
 }
 
 /* fastpath.c: a counter cell counts a packet of nbytes (SwitchState.count); a copy of a frame
@@ -98,7 +100,7 @@ void emit(const uint64_t *ctx, uint64_t *io, uint32_t port, const uint8_t *frame
 void forward(const uint64_t *ctx, uint32_t port, const uint8_t *frame, uint32_t len, uint64_t *io);
 
 /* fastpath.c: whether the compiled path takes a received frame, and a run of a batch through it. */
-int compiled_takes(const uint64_t *ctx, const uint8_t *f, uint32_t len, uint8_t skip);
+int compiled_takes(const uint64_t *ctx, uint32_t len, uint8_t skip);
 int64_t fp_run(const uint64_t *ctx, const uint8_t *rx, uint64_t stride, const uint32_t *lens,
                const uint8_t *skip, uint32_t port, int64_t start, int64_t end, uint64_t *io);
 

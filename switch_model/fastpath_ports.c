@@ -90,7 +90,7 @@ int64_t fp_resume(const uint64_t *ctx, uint32_t port, uint64_t *io) {
         /* frames the compiled path drops unseen are skipped; the others go to Python */
         if (skip[i] == 1) { io[IO_NEXT] = i + 1; continue; }
         uint64_t j = i + 1;
-        while (j < k && skip[j] != 1 && !compiled_takes(ctx, rx + j * stride, lens[j], skip[j]))
+        while (j < k && skip[j] != 1 && !compiled_takes(ctx, lens[j], skip[j]))
             j++;
         flush(ctx, io);
         io[IO_SLOW_END] = j;
