@@ -27,20 +27,29 @@ from topologies.network import INA_JOB_OFFSET, PassingNetwork, link_bytes_per_ca
 # -- calibration: each component's own rate, measured alone ---------------------------------------
 def calibrate(target: str, seconds: float, agent_pps: float) -> dict:
     """The switch target's packet rates, with the agent's (measured once for every target:
-    agent_rate)."""
+    agent_rate). A switch's rate is what it could carry alone (switch_pps's capacity_pps): per
+    CPU second of its own where the Python sender, not the switch, sets the pace."""
     from bench import switch_pps
     sw = switch_pps.run(target, seconds)
-    return {"target": target, "switch_agg_pps": sw["aggregation"]["pps"],
-            "switch_fwd_pps": sw["forwarding"]["pps"],
+    return {"target": target, "switch_agg_pps": sw["aggregation"]["capacity_pps"],
+            "switch_fwd_pps": sw["forwarding"]["capacity_pps"],
             "agent_pps": agent_pps, "cores": os.cpu_count() or 1}
 
 
-def agent_rate() -> float:
-    """Packets/s one agent streams over UDP on loopback (bench.agent_pps)."""
-    agent = subprocess.run([sys.executable, "-m", "bench.agent_pps", "--sink", "udp",
-                            "--size", "512K", "--json"], capture_output=True,
-                           text=True, timeout=300, check=True)
-    return json.loads(agent.stdout)["pps"]
+AGENT_RUNS = 5
+
+
+def agent_rate(runs: int = AGENT_RUNS) -> float:
+    """Packets/s one agent streams over UDP on loopback (bench.agent_pps): the median of
+    `runs` runs of three 4 MiB calls each. One run of 512 KiB lasted 10 ms, and one
+    scheduling hiccup in it halved a report's calibration (2026-12-07 03:04: 113k)."""
+    rates = []
+    for _ in range(runs):
+        agent = subprocess.run([sys.executable, "-m", "bench.agent_pps", "--sink", "udp",
+                                "--size", "4M", "--json"], capture_output=True,
+                               text=True, timeout=300, check=True)
+        rates.append(json.loads(agent.stdout)["pps"])
+    return sorted(rates)[len(rates) // 2]
 
 
 # -- one fabric ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
     python -m sim run --fabric 32x32x4 --oversubscription 4 --gpus 8 --link-mbps 100000 \\
         --sizes 100MB --strategies passing,hier-ring
     python -m sim validate [--measured docs/benchmarks.md] [--docs docs/simulation.md]
+    python -m sim fit --measured REPORT [--write]     # refit sim/fitted.json to a report
     python -m sim study [--quick] [--docs docs/simulation.md] [--plots docs/simulation]
 
 Every simulation runs in a process of its own (SimGrid's engine is once per process), `--jobs`
@@ -27,7 +28,7 @@ from sim import fabric, simgrid_missing
 from sim.strategies import STRATEGIES
 from sim.wire import format_size, parse_size
 
-COMMANDS = ("run", "validate", "study")
+COMMANDS = ("run", "validate", "fit", "study")
 DEFAULT_MEASURED = fabric.ROOT / "docs" / "benchmarks.md"
 DEFAULT_DOC = fabric.ROOT / "docs" / "simulation.md"
 
@@ -82,6 +83,11 @@ def parser() -> argparse.ArgumentParser:
     val.add_argument("--docs", type=Path, nargs="?", const=DEFAULT_DOC, default=None,
                      help="write the validation table into this page (default "
                           "docs/simulation.md)")
+    fit = sub.add_parser("fit", help="fit the emulation's constants (sim/fitted.json) to a "
+                                     "make bench report; validate on another")
+    fit.add_argument("--measured", type=Path, required=True,
+                     help="the report to fit to (a copy of a make bench results section)")
+    fit.add_argument("--write", action="store_true", help="rewrite sim/fitted.json")
     study = sub.add_parser("study", help="the 1,024-host study")
     study.add_argument("--parts", type=_list(str), default=["gpus", "rates", "jobs", "pcie"])
     study.add_argument("--strategies", type=_strategies, default=list(STRATEGIES))
@@ -93,7 +99,7 @@ def parser() -> argparse.ArgumentParser:
     study.add_argument("--from-csv", type=Path, default=None,
                        help="draw the plots and tables of a study.csv written before, without "
                             "simulating")
-    for p in (run, val, study):
+    for p in (run, val, fit, study):
         p.add_argument("--jobs", type=int, default=2, help="simulations at once (default 2)")
     return ap
 
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"python -m sim: {missing}", file=sys.stderr)
         return 2
-    return {"run": cmd_run, "validate": cmd_validate, "study": cmd_study}[args.command](args)
+    return {"run": cmd_run, "validate": cmd_validate, "fit": cmd_fit,
+            "study": cmd_study}[args.command](args)
 
 
 def _progress(i: int, n: int, result) -> None:
@@ -175,6 +182,20 @@ def cmd_validate(args) -> int:
             report.copy_plot(plot, args.docs)
         print(f"wrote the validation into {args.docs}")
     return 1 if any(r.error for r in rows) else 0
+
+
+def cmd_fit(args) -> int:
+    from sim import costs, measured
+    from sim.fit import fit
+    rep = measured.load(args.measured)
+    result = fit(rep, args.jobs)
+    for name, value in result.constants.items():
+        print(f"{name} = {value:g} (worst ratio of its cells {result.worst[name]:.3f})")
+    if args.write:
+        costs.write_fitted(result.constants, {n: f"{s}; {args.measured.name}"
+                                              for n, s in result.sources.items()})
+        print(f"wrote {costs.FITTED_FILE}")
+    return 0
 
 
 def cmd_study(args) -> int:

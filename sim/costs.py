@@ -16,7 +16,9 @@ Two regimes:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # SimGrid's LV08 network model (its default): one flow alone gets 97% of a link's bandwidth, and
 # every flow also loads its reverse path with 5% of its rate (TCP's ACKs), so flows in both
@@ -33,11 +35,14 @@ class Calibration:
     switch_fwd_pps: float
     agent_pps: float
     cores: int = 2
+    # The unit of the kernel's per-frame work (frame_cpu_fwd): the model switch's forwarding
+    # rate, whichever target runs, since the kernel's veths and htb do not depend on the
+    # switch. None: this calibration's own switch_fwd_pps.
+    kernel_unit_pps: float | None = None
 
 
-# The calibration lines of the two `make bench` runs used here (docs/benchmarks.md, Results):
-# 2026-12-05 00:45 (the run validated against) and 2026-12-04 21:51 (the run the constants in
-# FITTED were fitted to; its results section is in git, commit 7fa2809).
+# Two calibration lines of earlier `make bench` runs (docs/benchmarks.md, Results, in git),
+# fixed machines for the tests; a simulation of a report reads the report's own line.
 CALIBRATIONS: dict[str, dict[str, Calibration]] = {
     "2026-12-05 00:45": {"model": Calibration(300569, 175142, 211714),
                          "bmv2": Calibration(4159, 20269, 211714)},
@@ -45,27 +50,25 @@ CALIBRATIONS: dict[str, dict[str, Calibration]] = {
                          "bmv2": Calibration(3783, 21745, 181468)},
 }
 
-# Constants that no calibration measures; each says what it was fitted or read from. None is
-# fitted to the 00:45 results that `python -m sim validate` compares with.
+# Constants that no calibration measures, each with what it was fitted to or read from:
+# sim/fitted.json, which `python -m sim fit --write` rewrites. None is fitted to the report
+# that `python -m sim validate` compares with.
+FITTED_FILE = Path(__file__).with_name("fitted.json")
 FITTED: dict[str, tuple[float, str]] = {
-    "shm_gbps": (18.0, "docs/benchmarks.md 2026-12-04 13:05: PASSING's local stage in shared "
-                       "memory costs ~4 ms at 4 MiB with 2 ranks (a reduce and a broadcast)"),
-    "loopback_gbps": (3.6, "docs/benchmarks.md 2026-12-04 14:45: gloo's local reduce 5-22 ms "
-                           "and broadcast 2-35 ms at 4 MiB between two ranks (~10 ms each)"),
-    "gloo_step_s": (3.2e-3, "fitted: ring at 256 KiB, 20 Mbit/s, make bench 2026-12-04 21:51 "
-                            "(its time beyond the links, per ring step)"),
-    "gloo_local_s": (19e-3, "fitted: hier-ring at 256 KiB, 20 Mbit/s, make bench 2026-12-04 "
-                            "21:51 (its time beyond the links and the ring's steps, per local "
-                            "reduce or broadcast)"),
-    "frame_cpu_fwd": (3.0, "fitted: the ten 100 Mbit/s runs of make bench 2026-12-04 21:51 "
-                           "(grid 2.5-3.5 by 0.25, the middle of the best); a frame's kernel "
-                           "work per link crossed (veth, htb, sockets), in units of one "
-                           "forwarded frame of the calibration (1 / switch_fwd_pps)"),
-}
+    name: (entry["value"], entry["source"])
+    for name, entry in json.loads(FITTED_FILE.read_text()).items()}
 
 
-def fitted(name: str) -> float:
-    return FITTED[name][0]
+def write_fitted(values: dict[str, float], sources: dict[str, str]) -> None:
+    """Replace some constants of sim/fitted.json, each with where it now comes from."""
+    data = json.loads(FITTED_FILE.read_text())
+    for name, value in values.items():
+        data[name] = {"value": value, "source": sources[name]}
+    FITTED_FILE.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def fitted(name: str, overrides: dict[str, float] | None = None) -> float:
+    return (overrides or {}).get(name, FITTED[name][0])
 
 
 @dataclass(frozen=True)
@@ -99,19 +102,21 @@ class Costs:
         return self.machine_cores > 0
 
 
-def emulation(cal: Calibration) -> Costs:
-    """The Mininet fabric on this machine at the hour of `cal`."""
+def emulation(cal: Calibration, constants: dict[str, float] | None = None) -> Costs:
+    """The Mininet fabric on this machine at the hour of `cal`; `constants` replace FITTED's
+    values (what `python -m sim fit` tries)."""
     return Costs(
         name="emulation",
         switch_agg_pps=cal.switch_agg_pps,
         switch_fwd_pps=cal.switch_fwd_pps,
         agent_pps=cal.agent_pps,
-        local_gbps=fitted("shm_gbps"),
-        loopback_gbps=fitted("loopback_gbps"),
-        step_s=fitted("gloo_step_s"),
-        local_op_s=fitted("gloo_local_s"),
+        local_gbps=fitted("shm_gbps", constants),
+        loopback_gbps=fitted("loopback_gbps", constants),
+        step_s=fitted("gloo_step_s", constants),
+        local_op_s=fitted("gloo_local_s", constants),
         machine_cores=cal.cores,
-        frame_cpu_s=fitted("frame_cpu_fwd") / cal.switch_fwd_pps,
+        frame_cpu_s=fitted("frame_cpu_fwd", constants)
+        / (cal.kernel_unit_pps or cal.switch_fwd_pps),
     )
 
 

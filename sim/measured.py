@@ -5,6 +5,7 @@ against, and the run's calibration line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +67,7 @@ def parse(text: str) -> Report:
         if m := _DATE.match(line):
             date = m["date"].strip()
         elif line.startswith("- **calibration**"):
-            calibration = {m["target"]: Calibration(float(m["agg"]), float(m["fwd"]),
-                                                    float(m["agent"]))
-                           for m in _CAL.finditer(line)}
+            calibration = _calibrations(line)
         elif line.startswith("### "):
             m = _SECTION.match(line)
             section = m.groupdict() if m else None
@@ -82,6 +81,15 @@ def parse(text: str) -> Report:
     if not cells:
         raise MeasuredError("no all-reduce tables in the results section")
     return Report(date, calibration, tuple(cells))
+
+
+def _calibrations(line: str) -> dict[str, Calibration]:
+    cal = {m["target"]: Calibration(float(m["agg"]), float(m["fwd"]), float(m["agent"]))
+           for m in _CAL.finditer(line)}
+    if "model" in cal:
+        unit = cal["model"].switch_fwd_pps
+        cal = {t: dataclasses.replace(c, kernel_unit_pps=unit) for t, c in cal.items()}
+    return cal
 
 
 def _row(section: dict, header: list[str], line: str) -> list[Cell]:

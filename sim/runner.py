@@ -21,6 +21,11 @@ from sim.strategies import JobRun
 # SimGrid's network model as it comes (LV08: bandwidth factor 0.97, cross-traffic 5%); only
 # its logging is quieter.
 ENGINE_ARGS = ["sim", "--log=root.thres:warning", "--log=xbt_cfg.thres:warning"]
+# LV08's cross-traffic is TCP's ACKs: each flow loads its reverse path with 5% of its rate.
+# PASSING and INA send UDP, which has no ACKs, and their reverse traffic (the results) is
+# simulated as flows of its own, so where every job of a case is one of them it is off.
+DATAGRAM_STRATEGIES = ("passing", "ina")
+NO_CROSSTRAFFIC = "--cfg=network/crosstraffic:0"
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,11 @@ class Case:
     # by name alone (every job of a leaf-spine under its first spine, as before the controller
     # chose).
     spread_roots: bool = True
+
+    @property
+    def engine_args(self) -> list[str]:
+        datagrams = all(j.strategy in DATAGRAM_STRATEGIES for j in self.jobs)
+        return ENGINE_ARGS + ([NO_CROSSTRAFFIC] if datagrams else [])
 
     @property
     def bus_gbps(self) -> float:
@@ -68,7 +78,7 @@ def simulate(case: Case) -> CaseResult:
 
     sg = import_simgrid()
     started = time.monotonic()
-    engine = sg.Engine(ENGINE_ARGS)
+    engine = sg.Engine(case.engine_args)
     platform = Platform(sg, case.topo, case.costs, case.bus_gbps)
     ctx = SimContext(sg, platform, case.costs)
     ctx.start_cpu_proxies()

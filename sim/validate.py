@@ -65,7 +65,8 @@ def speculates_on(topo: Topology, hosts: list[str], strategy: str, size_bytes: i
     return pred.seconds < LONG_CALL_S
 
 
-def case_for(cell: Cell, report: Report, max_chunks: int = 64) -> tuple[Case, bool]:
+def case_for(cell: Cell, report: Report, max_chunks: int = 64,
+             constants: dict[str, float] | None = None) -> tuple[Case, bool]:
     topo = fabric.reshape(fabric.load(cell.topology), cell.bw_mbps, cell.gpus)
     hosts = fabric.spread(topo, cell.hosts)
     cal = report.calibration[cell.target]
@@ -73,7 +74,8 @@ def case_for(cell: Cell, report: Report, max_chunks: int = 64) -> tuple[Case, bo
                          WINDOWS[cell.target])
     job = JobRun(1, tuple(hosts), cell.strategy, cell.size_bytes, WINDOWS[cell.target], spec)
     label = f"{cell.scenario} {format_size(cell.size_bytes)} {cell.strategy}"
-    return Case(topo, (job,), emulation(cal), max_chunks=max_chunks, label=label), spec
+    return Case(topo, (job,), emulation(cal, constants), max_chunks=max_chunks,
+                label=label), spec
 
 
 def cells_in(report: Report, sizes: Iterable[int] = SIZES,
@@ -84,8 +86,9 @@ def cells_in(report: Report, sizes: Iterable[int] = SIZES,
 
 
 def validate(report: Report, cells: list[Cell], workers: int = 2, max_chunks: int = 64,
-             progress: Callable[[int, int, CaseResult], None] | None = None) -> list[Row]:
-    built = [case_for(c, report, max_chunks) for c in cells]
+             progress: Callable[[int, int, CaseResult], None] | None = None,
+             constants: dict[str, float] | None = None) -> list[Row]:
+    built = [case_for(c, report, max_chunks, constants) for c in cells]
     rows = []
     results = run_cases([case for case, _ in built], workers, progress)
     for cell, (_, spec), result in zip(cells, built, results, strict=True):

@@ -13,7 +13,7 @@ from sim.costs import (
     datacenter,
     emulation,
 )
-from sim.runner import Case, run_cases, run_one
+from sim.runner import NO_CROSSTRAFFIC, Case, run_cases, run_one
 from sim.strategies import STRATEGIES, JobRun
 from tests.sim.simgrid_skip import needs_simgrid
 
@@ -81,3 +81,17 @@ def test_pcie_makes_the_local_stage_cost():
     nv, pcie = (run_one(Case(topo, _job(topo, "passing", 10**8), datacenter(h, 8))).time
                 for h in ("nvlink", "pcie"))
     assert pcie > 2 * nv
+
+
+@needs_simgrid
+def test_passing_streams_get_the_link_without_tcp_acks():
+    # UDP has no ACKs: where every job is PASSING or INA the engine's cross-traffic (5% of each
+    # flow on its reverse path) is off, so a host's stream up and the results down each get the
+    # 97% one flow alone gets; a ring's TCP flows keep paying for their ACKs.
+    mbps, size = 100.0, 8 * MB
+    topo = fabric.reshape(fabric.load("star"), mbps, 1)
+    costs = datacenter("nvlink", 1)
+    sim = run_one(Case(topo, _job(topo, "passing", size, speculating=True), costs)).time
+    wire_s = wire.stream_packets(size, 256, True) * wire.FRAME_BYTES / (mbps * 1e6 / 8)
+    assert sim == pytest.approx(wire_s / SIMGRID_BANDWIDTH_FACTOR, rel=0.03)
+    assert Case(topo, _job(topo, "ring", size), costs).engine_args[-1] != NO_CROSSTRAFFIC
