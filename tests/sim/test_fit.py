@@ -70,3 +70,16 @@ def test_the_kernel_is_costed_in_model_switch_frames_whichever_target_runs():
     per_frame = costs.fitted("frame_cpu_fwd") / 175000
     assert costs.emulation(bmv2).frame_cpu_s == pytest.approx(per_frame)
     assert costs.emulation(bmv2, {"frame_cpu_fwd": 1.0}).frame_cpu_s == pytest.approx(1 / 175000)
+
+
+def test_every_fitted_constant_names_a_report_kept_beside_it():
+    # A fit is reproducible only from the report it was fitted to: sim/data keeps it, and
+    # `python -m sim fit --measured sim/data/<file>` reads it.
+    data = costs.FITTED_FILE.parent / "data"
+    for name, (_, source) in costs.FITTED.items():
+        if "python -m sim fit" not in source:
+            continue
+        kept = source.rsplit("; ", 1)[-1]
+        rep = measured.load(data / kept)
+        assert fit.cells_for(rep)[name], name
+        assert rep.date in source, name
