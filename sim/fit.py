@@ -88,17 +88,25 @@ def fit(report: Report, workers: int = 2, passes: int = 2,
         log: Callable[[str], None] = print) -> Fit:
     groups = cells_for(report)
     constants = {name: value for name, (value, _) in FITTED.items()}
+    # The searches meet the same trials again (the fine grid holds points of the coarse one,
+    # the last worst ratios the chosen point): each is simulated once.
+    simulated: dict[tuple, list[float]] = {}
+
+    def ratios(name: str, trial: dict[str, float]) -> list[float]:
+        key = (name, tuple(sorted(trial.items())))
+        if key not in simulated:
+            simulated[key] = _log_ratios(report, groups[name], trial, workers)
+        return simulated[key]
 
     def mean_log(name: str) -> Callable[[float], float]:
         def f(v: float) -> float:
-            lr = _log_ratios(report, groups[name], {**constants, name: v}, workers)
+            lr = ratios(name, {**constants, name: v})
             log(f"  {name} = {v:.5g}: mean log ratio {sum(lr) / len(lr):+.3f}")
             return sum(lr) / len(lr)
         return f
 
     def worst_log(v: float) -> float:
-        lr = _log_ratios(report, groups["frame_cpu_fwd"], {**constants, "frame_cpu_fwd": v},
-                         workers)
+        lr = ratios("frame_cpu_fwd", {**constants, "frame_cpu_fwd": v})
         log(f"  frame_cpu_fwd = {v:.4g}: worst ratio {math.exp(max(map(abs, lr))):.3f}")
         return max(map(abs, lr))
 
@@ -109,8 +117,7 @@ def fit(report: Report, workers: int = 2, passes: int = 2,
         coarse = _grid_min(worst_log, [x / 2 for x in range(1, 17)])
         constants["frame_cpu_fwd"] = _grid_min(
             worst_log, [round(coarse + d / 8, 3) for d in range(-4, 5) if coarse + d / 8 > 0])
-    worst = {name: math.exp(max(abs(x) for x in _log_ratios(report, cells, constants, workers)))
-             for name, cells in groups.items()}
+    worst = {name: math.exp(max(abs(x) for x in ratios(name, constants))) for name in groups}
     stamp = f"make bench {report.date}"
     sources = {
         "gloo_step_s": f"fitted (python -m sim fit): ring at 256 KiB and 1 MiB, 20 Mbit/s, "
