@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="The controller configuration (JSON) names the topology file, each switch's "
                "P4Runtime address and device id, and the state file:\n"
                '  {"topology": "topologies/star.json", "state": "controller.sqlite",\n'
-               '   "switches": {"s1": {"address": "127.0.0.1:50001", "device_id": 0}}}\n'
+               '   "switches": {"s1": {"address": "127.0.0.1:10001", "device_id": 0}}}\n'
                "Paths are relative to the configuration file. Default: $PASSING_CTL_CONFIG.")
     p.add_argument("--config", default=os.environ.get("PASSING_CTL_CONFIG"),
                    help="controller configuration file (default: $PASSING_CTL_CONFIG)")

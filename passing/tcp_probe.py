@@ -2,9 +2,9 @@
 
 A connection to a port nobody listens on can succeed with no server at all: when the kernel
 picks that very port as the connection's own source (Linux takes source ports from
-32768-60999, where the switches' gRPC ports 50001.. lie), the socket meets itself (TCP
-simultaneous open). Taken for a server, it also holds the port, so the real server then fails
-to bind it (seen once among 36 model switches starting on 52001-52036).
+32768-60999, where the testbed's switches take theirs: testbed.veth_ports.free_tcp_port), the
+socket meets itself (TCP simultaneous open). Taken for a server, it also holds the port, so the
+real server then fails to bind it (seen once among 36 model switches starting on 52001-52036).
 """
 
 from __future__ import annotations

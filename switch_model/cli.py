@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Software model of the PASSING P4 switch: the pipeline of p4src/ in Python "
                     "on raw-socket ports, with a P4Runtime server (same names as the P4Info).",
         epilog="example: passing-switch-model --device-id 1 -i 1@s1-eth1 -i 2@s1-eth2 "
-               "--grpc-server-addr 127.0.0.1:50001")
+               "--grpc-server-addr 127.0.0.1:10001")
     p.add_argument("-i", "--interface", action="append", type=_interface, default=[],
                    metavar="PORT@IFACE", help="attach switch port PORT to interface IFACE")
     p.add_argument("--device-id", type=int, default=0, help="P4Runtime device id (default 0)")

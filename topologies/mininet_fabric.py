@@ -16,7 +16,13 @@ from passing import p4build
 from passing import protocol as P
 from passing.pipeline_files import BUILD_DIR
 from topologies import link_loss, link_rate
-from topologies.mininet_nodes import GRPC_PORT_BASE, BMv2Switch, ModelSwitch, QuietTCLink
+from topologies.mininet_nodes import (
+    GRPC_PORT_BASE,
+    MAX_SWITCH_INDEX,
+    BMv2Switch,
+    ModelSwitch,
+    QuietTCLink,
+)
 
 
 class MininetFabric:
@@ -43,6 +49,11 @@ class MininetFabric:
 
     def start(self) -> None:
         """Build and start the whole fabric; stop() undoes whatever part of it was made."""
+        too_high = [s.name for s in self.topo.switches.values() if s.index > MAX_SWITCH_INDEX]
+        if too_high:
+            raise ValueError(f"{len(too_high)} switches ({too_high[0]}, ...) have an index above "
+                             f"{MAX_SWITCH_INDEX}: Mininet gives each switch its own ports from "
+                             f"{GRPC_PORT_BASE} on; simulate a fabric this large (python -m sim)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.target == "bmv2":
             # BMv2 starts without a program; the controller pushes this build to it.

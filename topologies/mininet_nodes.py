@@ -16,7 +16,14 @@ from mininet.node import Switch
 from passing.tcp_probe import accepts
 from topologies.link_rate import htb_class_options
 
-GRPC_PORT_BASE = 50001
+# Switch n listens for P4Runtime on GRPC_PORT_BASE + n and for Thrift (BMv2) or register
+# inspection (model) SIDE_PORT_OFFSET above that. Both ranges lie below Linux's ephemeral ports
+# (32768-60999): a fixed port inside them can be held, at the moment a switch starts, by any
+# process's outgoing connection whose source port the kernel drew there, and the switch then
+# cannot bind it (CI once lost spine2's 50006 that way).
+GRPC_PORT_BASE = 10001
+SIDE_PORT_OFFSET = 10000
+MAX_SWITCH_INDEX = SIDE_PORT_OFFSET - 2  # the highest P4Runtime port stays below the side ports
 EGRESS_QUEUE_DEPTH = 1024  # packets per BMv2 egress port (BMv2Switch.deepen_egress_queues)
 # What makes libpcap size its ring's slots for 64 KiB frames (PassingSwitch._no_offload), as
 # `ethtool -k` names them.
@@ -84,6 +91,11 @@ class PassingSwitch(Switch):
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
+    @property
+    def side_port(self) -> int:
+        """BMv2's Thrift port, or the model's register inspection port."""
+        return self.grpc_port + SIDE_PORT_OFFSET
+
     def port_args(self) -> list[str]:
         args = []
         for intf in self.intfList():
@@ -113,14 +125,23 @@ class PassingSwitch(Switch):
             if intf.name != "lo":
                 self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
                 self._no_offload(intf.name)
-        log = open(self.run_dir / f"{self.name}.log", "w")
-        self.proc = self.popen(self.command(), stdout=log, stderr=log)
+        # gRPC binds with SO_REUSEPORT: a switch left running by an earlier run would share the
+        # port with this one, and the controller could program either.
+        for port in (self.grpc_port, self.side_port):
+            if accepts("127.0.0.1", port, timeout=1.0):
+                raise RuntimeError(f"switch {self.name}: something already listens on "
+                                   f"127.0.0.1:{port} (a fabric left running? `make stop`)")
+        log_path = self.run_dir / f"{self.name}.log"
+        with open(log_path, "w") as log:
+            self.proc = self.popen(self.command(), stdout=log, stderr=log)
         # `make stop` kills exactly the processes recorded here.
         (self.run_dir / f"{self.name}.pid").write_text(f"{self.proc.pid}\n")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"switch {self.name} exited; see {log.name}")
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                raise RuntimeError(f"switch {self.name} exited: {' '.join(tail)} "
+                                   f"(whole log: {log_path})")
             if accepts("127.0.0.1", self.grpc_port, timeout=1.0):
                 return
             time.sleep(0.1)
@@ -146,7 +167,7 @@ class BMv2Switch(PassingSwitch):
         far deeper than 64 frames. The depth outlives pipeline pushes (simple_switch keeps its
         queues across a config swap), but the CLI needs the pipeline loaded to connect."""
         res = subprocess.run(
-            ["simple_switch_CLI", "--thrift-port", str(self.grpc_port + 1000)],
+            ["simple_switch_CLI", "--thrift-port", str(self.side_port)],
             input=f"set_queue_depth {EGRESS_QUEUE_DEPTH}\n", capture_output=True, text=True,
             timeout=60)
         if res.returncode != 0 or "Error" in res.stdout or "Traceback" in res.stderr:
@@ -155,7 +176,7 @@ class BMv2Switch(PassingSwitch):
 
     def command(self) -> list[str]:
         cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--no-p4",
-               "--thrift-port", str(self.grpc_port + 1000), *self.port_args()]
+               "--thrift-port", str(self.side_port), *self.port_args()]
         if self.log:  # a log line per table and action of every packet: slow, for debugging
             cmd += ["--log-file", str(self.run_dir / f"{self.name}-bmv2"), "--log-flush"]
         if self.pcap:
@@ -167,5 +188,5 @@ class ModelSwitch(PassingSwitch):
     def command(self) -> list[str]:
         return [sys.executable, "-m", "switch_model", "--device-id", str(self.device_id),
                 *self.port_args(), "--grpc-server-addr", self.grpc_address,
-                "--inspect-addr", f"127.0.0.1:{self.grpc_port + 1000}",
+                "--inspect-addr", f"127.0.0.1:{self.side_port}",
                 "--log-level", "INFO" if self.log else "WARNING"]
