@@ -12,6 +12,7 @@
 #include "include/guard.p4"
 #include "include/aggregation.p4"
 #include "include/peers.p4"
+#include "include/fair_share.p4"
 
 control PassingIngress(inout headers_t hdr, inout metadata_t meta,
                        inout standard_metadata_t sm) {
@@ -81,6 +82,7 @@ control PassingEgress(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t sm) {
     PeerRewrite() peers;
     L2Prune() prune;
+    FairShare() fair_share;
 
     apply {
         if (hdr.passing.isValid()) {
@@ -91,6 +93,10 @@ control PassingEgress(inout headers_t hdr, inout metadata_t meta,
             }
         } else {
             prune.apply(meta, sm);
+        }
+        /* Every packet that leaves counts towards its port's shares (a dropped one does not). */
+        if (sm.egress_spec != DROP_PORT) {
+            fair_share.apply(hdr, meta, sm);
         }
     }
 }

@@ -156,6 +156,21 @@ FLAGS_MASK = int(Flag.CONTRIB | Flag.RESULT | Flag.RETRANS | Flag.CLOSE | Flag.P
 # P4 program's enq_qdepth; the model's count of queued bytes over FRAME_BYTES): under BMv2's
 # default 64-packet queues, so marks come before drops.
 MARK_QDEPTH = 32
+# The fair-share mark (docs/protocol.md, "Fair shares of a port"): approximate fair dropping
+# (AFD) done as marks. Per egress port, the bytes of each job and of all other traffic are
+# counted in intervals of 2**FAIR_INTERVAL_SHIFT microseconds; while the port's queue holds
+# FAIR_QDEPTH packets or more, a job that sent more than f times the port's bytes over its
+# active flows last interval has that excess fraction of its packets marked. f, in 1/16ths
+# from FAIR_F_MIN to FAIR_F_MAX, grows x1.25 at each interval that starts with a short queue
+# and shrinks x0.75 at one that starts deep; a flow is active with at least 1/FAIR_ACTIVE_DIV
+# of the port's bytes. Ports and flows (jobs' stat rows, the last for all other traffic).
+FAIR_INTERVAL_SHIFT = 13
+FAIR_QDEPTH = 8
+FAIR_F_MIN = 16
+FAIR_F_MAX = 128
+FAIR_ACTIVE_DIV = 20
+FAIR_PORTS = 512
+FAIR_FLOWS = 257  # MAX_JOBS + 1
 
 # A pool's epoch, in the version's upper 7 bits: its number (JobParams.pool) modulo 128. FLAG_POOL
 # alone repeats every second resize; a delayed packet of the pool two resizes back must not be

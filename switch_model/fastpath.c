@@ -30,7 +30,7 @@ static uint32_t fold(uint64_t total) {
     return ~total & 0xFFFF;
 }
 
-static const uint64_t *find_job(const uint64_t *ctx, uint32_t job, uint32_t pool) {
+const uint64_t *find_job(const uint64_t *ctx, uint32_t job, uint32_t pool) {
     const uint64_t *rows = (const uint64_t *)ctx[C_JOBS];
     for (uint64_t i = 0; i < ctx[C_NJOBS]; i++)
         if (rows[i * J_COLS + J_JOB] == job && rows[i * J_COLS + J_POOL] == pool) return rows + i * J_COLS;

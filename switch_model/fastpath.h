@@ -31,7 +31,7 @@ enum {
     C_EGRESS, C_NEGRESS, C_OUT, C_OUTCAP, C_OUTPORT, C_OUTOFF, C_OUTLEN, C_MAXOUT, C_MAXCOPIES,
     C_RX, C_RXSLOT, C_RXBATCH, C_RXLEN, C_RXSKIP, C_RXCTRL, C_CTRLSPACE, C_RXNAME, C_PORTFD,
     C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_L2, C_NL2, C_GUARDS, C_NGUARDS, C_L2DEF,
-    C_L2DEFARG, C_LEN
+    C_L2DEFARG, C_FAIRP, C_FAIRF, C_LEN
 };
 /* Table rows, as uint64 columns (FastPath._sync). */
 enum { J_JOB, J_POOL, J_STAT, J_ROOT, J_UPLINK, J_EPOCH, J_PSIZE, J_PBASE, J_GEN, J_FANIN,
@@ -98,6 +98,15 @@ void emit(const uint64_t *ctx, uint64_t *io, uint32_t port, const uint8_t *frame
 
 /* fastpath_forward.c: ResultGuard and L2Forward for a frame off the PASSING path. */
 void forward(const uint64_t *ctx, uint32_t port, const uint8_t *frame, uint32_t len, uint64_t *io);
+
+/* fastpath.c: the job_config row of (job, pool), or NULL. */
+const uint64_t *find_job(const uint64_t *ctx, uint32_t job, uint32_t pool);
+
+/* fastpath_fair.c: the current interval's number, and FairShare for one packet leaving a port
+ * (1: mark it). */
+uint64_t fair_epoch_now(void);
+int fp_fair_step(uint64_t *ports, uint64_t *flows, uint32_t port, uint32_t flow, uint64_t nbytes,
+                 uint64_t e, int deep, int passing);
 
 /* fastpath.c: whether the compiled path takes a received frame, and a run of a batch through it. */
 int compiled_takes(const uint64_t *ctx, uint32_t len, uint8_t skip);

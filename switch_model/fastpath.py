@@ -37,7 +37,7 @@ log = logging.getLogger("switch_model.fastpath")
 
 SOURCES = [Path(__file__).with_name(n) for n in  # the path, its Aggregation, the port loop
            ("fastpath.c", "fastpath_aggregate.c", "fastpath_forward.c", "fastpath_ports.c",
-            "fastpath.h")]
+            "fastpath_fair.c", "fastpath.h")]
 # "python" here makes the Python pipeline the model's default (switch_model/cli.py's --pipeline).
 PATH_ENV = "PASSING_MODEL_PIPELINE"
 # Frames longer than this (a PASSING frame with a long trailer) take the Python path.
@@ -50,6 +50,9 @@ RX_BATCH = 64  # frames the port loop takes from one port per system call (switc
 # beyond one receive batch: the model sends a batch's copies to a port at once, a burst BMv2,
 # one packet at a time, never makes, and which must not alone mark a job that fits its links.
 MARK_BYTES = (P.MARK_QDEPTH + RX_BATCH) * 2 * P.FRAME_BYTES
+# The fair-share mark's queue (enq_qdepth >= FAIR_QDEPTH) in the same bytes, without the batch:
+# a lone job is never marked by it (it needs two active flows), so a batch's own burst is harmless.
+FAIR_BYTES = P.FAIR_QDEPTH * 2 * P.FRAME_BYTES
 OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME
 
 # The layout of ctx, as fastpath.h's enum.
@@ -59,7 +62,7 @@ OUT_BYTES = OUT_FRAMES * FAST_MAX_FRAME
  C_EGRESS, C_NEGRESS, C_OUT, C_OUTCAP, C_OUTPORT, C_OUTOFF, C_OUTLEN, C_MAXOUT, C_MAXCOPIES,
  C_RX, C_RXSLOT, C_RXBATCH, C_RXLEN, C_RXSKIP, C_RXCTRL, C_CTRLSPACE, C_RXNAME, C_PORTFD,
  C_NPORTFD, C_FILTER_OUT, C_VLAN, C_SCRATCH, C_L2, C_NL2, C_GUARDS, C_NGUARDS, C_L2DEF,
- C_L2DEFARG, C_LEN) = range(55)
+ C_L2DEFARG, C_FAIRP, C_FAIRF, C_LEN) = range(57)
 IO_NOUT, IO_USED, IO_FULL, IO_K, IO_NEXT, IO_SLOW_END, IO_TX_ERRORS, IO_TRUNCATED = range(8)
 SOCKADDR_LL_SIZE = 20
 TP_STATUS_VLAN_VALID = 0x10
@@ -72,7 +75,11 @@ def _defines() -> dict[str, int]:
          "FLAGS_KNOWN": P.FLAGS_MASK, "ROLE_ROOT": int(P.Role.ROOT),
          "JOB_STATS_STRIDE": P.JOB_STATS_STRIDE, "MAX_FAN_IN": P.MAX_FAN_IN,
          "FAST_MAX_FRAME": FAST_MAX_FRAME, "MAX_COPIES": MAX_COPIES, "OUT_FRAMES": OUT_FRAMES,
-         "MARK_BYTES": MARK_BYTES, "L2_TO_PORT": L2_TO_PORT, "L2_FLOOD": L2_FLOOD}
+         "MARK_BYTES": MARK_BYTES, "L2_TO_PORT": L2_TO_PORT, "L2_FLOOD": L2_FLOOD,
+         "FAIR_BYTES": FAIR_BYTES, "FAIR_INTERVAL_SHIFT": P.FAIR_INTERVAL_SHIFT,
+         "FAIR_F_MIN": P.FAIR_F_MIN, "FAIR_F_MAX": P.FAIR_F_MAX,
+         "FAIR_ACTIVE_DIV": P.FAIR_ACTIVE_DIV, "FAIR_PORTS": P.FAIR_PORTS,
+         "FAIR_FLOWS": P.FAIR_FLOWS}
     d.update({f"TPID_{i}": tpid for i, tpid in enumerate(P.VLAN_TPIDS)})
     d.update({f"FLAG_{f.name}": int(f) for f in Flag})
     d.update({f"DROP_{e.name}": int(e) for e in JobDrop})
@@ -97,6 +104,11 @@ def _open(lib: Path) -> ctypes.CDLL:
     dll.fp_drain.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p]
     dll.fp_resume.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p]
     dll.fp_scratch_bytes.restype = ctypes.c_uint64
+    dll.fp_fair_step.restype = ctypes.c_int
+    dll.fp_fair_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
+                                 ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
+                                 ctypes.c_int]
+    dll.fair_epoch_now.restype = ctypes.c_uint64
     dll.fp_abi.restype = ctypes.c_int
     if dll.fp_abi() != C_LEN * 1000 + P.K:
         raise OSError(f"{lib.name}: not built for this layout (ctx of {C_LEN}, K={P.K})")
@@ -137,6 +149,8 @@ class FastPath:
                      (C_OUTLEN, self.out_len)):
             ctx[i] = a.ctypes.data
         ctx[C_OUTCAP], ctx[C_MAXOUT] = OUT_BYTES, OUT_FRAMES
+        fair = pipeline.fair
+        ctx[C_FAIRP], ctx[C_FAIRF] = fair.ports.ctypes.data, fair.flows.ctypes.data
         self.scratch = np.zeros(dll.fp_scratch_bytes(), dtype=np.uint8)
         ctx[C_SCRATCH] = self.scratch.ctypes.data
         self._synced = -1

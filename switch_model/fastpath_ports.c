@@ -1,7 +1,8 @@
 /* The model switch's port loop in C, for the switch process (switch_model/ports.py): a batch of
  * frames received from a packet socket with recvmmsg, taken through the compiled PASSING path
  * (fastpath.c) up to the first frame it does not take, and the copies sent out of their egress
- * ports with sendmmsg, marked where the egress queue is deep. The Python port loop does the same
+ * ports with sendmmsg, marked where the egress queue is deep or a job exceeds its fair share
+ * (fastpath_fair.c). The Python port loop does the same
  * one frame at a time; tests/unit/test_model_ports.py runs both. */
 
 #define _GNU_SOURCE
@@ -14,12 +15,20 @@
 
 #include "fastpath.h"
 
-/* The egress queue's depth, as the P4 program's enq_qdepth >= MARK_QDEPTH: the bytes the
- * kernel still holds of what this switch sent on the port (SIOCOUTQ: frames queued in the
- * link's qdisc, each counted with its buffer) against MARK_BYTES (fastpath.py says why). */
-static int queue_deep(int fd) {
+/* The egress queue's depth: the bytes the kernel still holds of what this switch sent on the
+ * port (SIOCOUTQ: frames queued in the link's qdisc, each counted with its buffer), compared
+ * with MARK_BYTES and FAIR_BYTES (fastpath.py says why) where the P4 program reads enq_qdepth. */
+static int queued_bytes(int fd) {
     int queued = 0;
-    return ioctl(fd, SIOCOUTQ, &queued) == 0 && queued >= MARK_BYTES;
+    return ioctl(fd, SIOCOUTQ, &queued) == 0 ? queued : 0;
+}
+
+/* The fair-share flow of a copy: its job's stat row if it is a PASSING copy of a known job
+ * (the P4 program's meta.job.stat_idx), else the one flow of all other traffic. */
+static uint32_t fair_flow(const uint64_t *ctx, const uint8_t *f, uint32_t len) {
+    if (!passing_copy(f, len) || len < FLAGS_OFF + 1) return FAIR_FLOWS - 1;
+    const uint64_t *j = find_job(ctx, be16(f + PASSING_OFF), (f[FLAGS_OFF] & FLAG_POOL) >> 4);
+    return j && j[J_STAT] < FAIR_FLOWS - 1 ? (uint32_t)j[J_STAT] : FAIR_FLOWS - 1;
 }
 
 /* Every copy made since the last flush out of its egress port, each port's in the order made,
@@ -38,6 +47,7 @@ static void flush(const uint64_t *ctx, uint64_t *io) {
     uint8_t *done = (uint8_t *)(iov + OUT_FRAMES);
     if (n > OUT_FRAMES) n = OUT_FRAMES; /* never: C_MAXOUT is OUT_FRAMES */
     memset(done, 0, n);
+    uint64_t epoch = fair_epoch_now();
     for (uint64_t first = 0; first < n; first++) {
         if (done[first]) continue;
         uint32_t port = oport[first];
@@ -53,10 +63,16 @@ static void flush(const uint64_t *ctx, uint64_t *io) {
             m++;
         }
         if (port >= ctx[C_NPORTFD] || fds[port] < 0) continue; /* no such port: dropped */
-        if (queue_deep((int)fds[port])) /* the egress marks PASSING packets only */
-            for (int c = 0; c < m; c++)
-                if (passing_copy(iov[c].iov_base, (uint32_t)iov[c].iov_len))
-                    ((uint8_t *)iov[c].iov_base)[FLAGS_OFF] |= FLAG_CONGESTED;
+        int queued = queued_bytes((int)fds[port]);
+        for (int c = 0; c < m; c++) { /* the egress marks PASSING packets only */
+            uint8_t *f = iov[c].iov_base;
+            uint32_t len = (uint32_t)iov[c].iov_len;
+            int passing = passing_copy(f, len);
+            int fair = fp_fair_step((uint64_t *)ctx[C_FAIRP], (uint64_t *)ctx[C_FAIRF], port,
+                                    fair_flow(ctx, f, len), len, epoch, queued >= FAIR_BYTES,
+                                    passing);
+            if (passing && (queued >= MARK_BYTES || fair)) f[FLAGS_OFF] |= FLAG_CONGESTED;
+        }
         int sent = 0;
         while (sent < m) {
             int r = sendmmsg((int)fds[port], hdr + sent, m - sent, 0);

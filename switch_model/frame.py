@@ -129,13 +129,21 @@ def rewrite_copy(kept: Kept, peer: dict[str, int], h: Header) -> bytes:
 FLAGS_AT_BYTE = UDP_OFF + P.UDP_HEADER_BYTES + 5  # after job_id, slot and contributor
 
 
+def is_passing_copy(frame: bytes) -> bool:
+    """Whether a frame this switch sends is a PASSING packet of its own (the egress's
+    hdr.passing): UDP from the aggregation port, which only the PASSING path sends from (the
+    guard drops any other datagram from it whose ports it can see)."""
+    return (len(frame) > FLAGS_AT_BYTE and frame[ETHERTYPE] == ETH_IPV4
+            and frame[IPV4_VER_IHL] & 0x0F == 5 and (frame[IPV4_FRAG_HI] & 0x1F) == 0
+            and frame[IPV4_FRAG_LO] == 0 and frame[IPV4_PROTO] == IP_PROTO_UDP
+            and frame[UDP_SPORT] == PASSING_PORT_BYTES)
+
+
 def congested(frame: bytes) -> bytes:
-    """The frame as PassingEgress sends it from a queue MARK_QDEPTH deep: a PASSING packet of
-    this switch's (UDP from the aggregation port, which only the PASSING path sends from: the
-    guard drops any other) marked FLAG_CONGESTED (its UDP checksum is zero); anything else as
-    it is."""
-    if len(frame) <= FLAGS_AT_BYTE or frame[UDP_SPORT] != PASSING_PORT_BYTES \
-            or frame[ETHERTYPE] != ETH_IPV4 or frame[IPV4_PROTO] != IP_PROTO_UDP:
+    """The frame as PassingEgress sends it when it marks: a PASSING copy of this switch's
+    (is_passing_copy) with FLAG_CONGESTED set (its UDP checksum is zero); anything else as it
+    is."""
+    if not is_passing_copy(frame):
         return frame
     out = bytearray(frame)
     out[FLAGS_AT_BYTE] |= FLAG_CONGESTED

@@ -19,6 +19,7 @@ from passing import lanes
 from passing import protocol as P
 from passing.p4info import P4InfoIndex
 from switch_model import fastpath
+from switch_model.fair_share import FairShare
 from switch_model.forwarding import guard_drops, l2_forward
 from switch_model.frame import (
     DROP_NONE,
@@ -81,6 +82,7 @@ class Pipeline:
     def __init__(self, state: SwitchState):
         self.state = state
         self.slots = SlotStore()
+        self.fair = FairShare()  # the egress's fair-share counters, shared with the C loop
         # The compiled PASSING path (switch_model/fastpath.py), once use_compiled() found it.
         self.fast: fastpath.FastPath | None = None
         for table, action in INITIAL_DEFAULTS.items():
@@ -93,6 +95,7 @@ class Pipeline:
     def reset(self) -> None:
         self.state.reset()
         self.slots.reset()
+        self.fair.reset()
         for table, action in INITIAL_DEFAULTS.items():
             self.state.tables[table].default = action
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from passing import mmsg
 from switch_model import fastpath
-from switch_model.frame import congested
+from switch_model.fair_share import epoch_now, fair_flow
+from switch_model.frame import congested, is_passing_copy
 from switch_model.pipeline import Pipeline
 
 log = logging.getLogger("switch_model.ports")
@@ -47,14 +48,14 @@ SIOCOUTQ = 0x5411
 _INT = struct.Struct("i")
 
 
-def queue_deep(sock: socket.socket) -> bool:
-    """Whether what this switch queued on `sock`'s port (SIOCOUTQ: frames in the link's qdisc,
-    each with its buffer) is the P4 program's enq_qdepth >= MARK_QDEPTH (fastpath.MARK_BYTES)."""
+def queued_bytes(sock: socket.socket) -> int:
+    """What this switch queued on `sock`'s port and the kernel still holds (SIOCOUTQ: frames
+    in the link's qdisc, each with its buffer): the model's enq_qdepth, in bytes
+    (fastpath.MARK_BYTES and FAIR_BYTES say how it compares)."""
     try:
-        queued = _INT.unpack(fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * _INT.size))[0]
+        return _INT.unpack(fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * _INT.size))[0]
     except OSError:
-        return False
-    return queued >= fastpath.MARK_BYTES
+        return 0
 
 
 def with_vlan_tag(frame: bytes, ancillary: list[tuple[int, int, bytes]]) -> bytes:
@@ -123,6 +124,7 @@ class Ports:
             raise
         self.tx_errors = 0
         self.rx_truncated = 0
+        self._pipeline: Pipeline | None = None  # whose egress counters send() keeps (run())
         self._batched = mmsg.available()
         if self._batched:
             self._rx = mmsg.Receiver(BATCH, MAX_FRAME, control=_AUX_SPACE, name=_SLL_SIZE)
@@ -134,8 +136,7 @@ class Ports:
         sock = self.socks.get(port)
         if sock is None:
             return  # no such port: dropped, as BMv2 drops packets to absent ports
-        if queue_deep(sock):
-            frames = [congested(f) for f in frames]
+        frames = self._marked(port, queued_bytes(sock), frames)
         if not self._batched or len(frames) == 1:
             for frame in frames:
                 try:
@@ -150,6 +151,24 @@ class Ports:
             if err:
                 self.tx_errors += 1  # this frame is lost (ENOBUFS, a link gone down)
                 i += 1
+
+    def _marked(self, port: int, queued: int, frames: list[bytes]) -> list[bytes]:
+        """PassingEgress's marks on a batch for `port`, its queue `queued` bytes deep: every
+        PASSING copy from a queue MARK_BYTES deep, and those FairShare marks (counting every
+        frame) from one FAIR_BYTES deep."""
+        pipeline = self._pipeline
+        fair = getattr(pipeline, "fair", None)  # (a test's own pipeline may count nothing)
+        if fair is None:
+            return [congested(f) for f in frames] if queued >= fastpath.MARK_BYTES else frames
+        deep = queued >= fastpath.MARK_BYTES
+        fair_deep = queued >= fastpath.FAIR_BYTES
+        epoch, out = epoch_now(), []
+        for f in frames:
+            passing = is_passing_copy(f)
+            over = fair.step(port, fair_flow(pipeline.state, f, passing), len(f), epoch,
+                             fair_deep, passing)
+            out.append(congested(f) if passing and (deep or over) else f)
+        return out
 
     def _frames(self, sock: socket.socket) -> Iterator[bytes]:
         """The frames waiting on `sock`, as they were on the wire, at most BATCH of them."""
@@ -223,6 +242,7 @@ class Ports:
             self.rx_truncated += truncated
 
     def run(self, pipeline: Pipeline, stop: threading.Event) -> None:
+        self._pipeline = pipeline
         ep = select.epoll()
         by_fd = {s.fileno(): (port, s) for port, s in self.socks.items()}
         for fd in by_fd:

@@ -63,6 +63,17 @@ const bit<8> FLAGS_KNOWN  = 0x3f;
 /* Egress queue depth, in packets (v1model's enq_qdepth), from which PASSING packets are marked:
  * under BMv2's default 64-packet queues, so marks come before drops. */
 const bit<19> MARK_QDEPTH = 32;
+/* The fair-share mark (fair_share.p4): intervals of 2^FAIR_INTERVAL_SHIFT us of egress time;
+ * from a queue of FAIR_QDEPTH packets; f in 1/16ths within [FAIR_F_MIN, FAIR_F_MAX]; a flow
+ * with 1/FAIR_ACTIVE_DIV of a port's bytes is active. Counters for every v1model port (9 bits)
+ * and flow (each job's stat row, and one for all other traffic). */
+const bit<8> FAIR_INTERVAL_SHIFT = 13;
+const bit<19> FAIR_QDEPTH = 8;
+const bit<8> FAIR_F_MIN = 16;
+const bit<8> FAIR_F_MAX = 128;
+const bit<64> FAIR_ACTIVE_DIV = 20;
+#define FAIR_PORTS 512
+#define FAIR_FLOWS 257
 
 /* Per-job events, counted in job_stats[stat_idx * JOB_STATS_STRIDE + event]: exactly one per
  * packet that names a known job. 0..7 and 19 are drops (by reason), 8..18 what the slot did. */
