@@ -13,6 +13,8 @@
     sudo .venv/bin/python -m bench.fairness                    # both, model target, 1M values
     sudo .venv/bin/python -m bench.fairness --scenarios tcp --target bmv2 --json-out f.json
     sudo .venv/bin/python -m bench.fairness --scenarios slow-host --slow-mbps 25
+    sudo .venv/bin/python -m bench.fairness --scenarios two-jobs --target bmv2 --link-mbps 6 \
+        --size 256K --iters 12          # every link at 6 Mbit/s: BMv2 link-bound, not CPU-bound
 
 What a flow carries is read off the switch side of its host's link (the frames tor1 received
 from h1, h2), sampled every SAMPLE_S while both run; a share counts only the samples in which
@@ -31,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from controller.topology import load
+from controller.topology import Topology, load
 from passing.pipeline_files import topology_file
 from topologies.exclusive import busy_message
 from topologies.network import PassingNetwork
@@ -136,6 +138,13 @@ def two_jobs(pnet: PassingNetwork, size: str, iters: int, windows: tuple[int, in
             "stats": {job: _window_stats(rep) for job, rep in zip((1, 2), reports, strict=True)}}
 
 
+def every_link_at(topo: Topology, mbps: float) -> Topology:
+    """`topo` with every host link and switch link at `mbps`."""
+    hosts = {n: replace(h, link=replace(h.link, bw=mbps)) for n, h in topo.hosts.items()}
+    uplinks = [replace(u, link=replace(u.link, bw=mbps)) for u in topo.uplinks]
+    return replace(topo, hosts=hosts, uplinks=uplinks)
+
+
 def _window_stats(reports: dict[str, dict]) -> dict:
     return {h: {k: r.get(k) for k in ("window", "marks", "window_cuts", "retransmissions",
                                       "packets")}
@@ -209,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", default="256,32", help="two-jobs: the jobs' pools")
     ap.add_argument("--slow-mbps", type=float, default=None,
                     help="slow-host: the last host's link rate (default a quarter of the uplink)")
+    ap.add_argument("--link-mbps", type=float, default=None,
+                    help="every link at this rate (default: as leafspine ships them)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     scenarios = args.scenarios.split(",")
@@ -218,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     windows = tuple(int(w) for w in args.windows.split(","))
     if len(windows) != 2 or min(windows) < 1:
         ap.error(f"--windows {args.windows!r}: two pools of at least 1 slot, e.g. 256,32")
-    if args.slow_mbps is not None and args.slow_mbps <= 0:
-        ap.error(f"--slow-mbps {args.slow_mbps:g}: a rate above 0 Mbit/s")
+    for opt, value in (("--slow-mbps", args.slow_mbps), ("--link-mbps", args.link_mbps)):
+        if value is not None and value <= 0:
+            ap.error(f"{opt} {value:g}: a rate above 0 Mbit/s")
     busy = busy_message()
     if busy:
         print(f"bench.fairness: {busy}", file=sys.stderr)
@@ -227,13 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     topo_path = topology_file("leafspine")
     topo = load(topo_path)
     links = json.loads(Path(topo_path).read_text())["links"]
-    uplink_mbps = next(ln["bw"] for ln in links
-                       if (ln["switch"], ln.get("peer")) == ("tor1", "spine"))
+    uplink_mbps = args.link_mbps or next(ln["bw"] for ln in links
+                                         if (ln["switch"], ln.get("peer")) == ("tor1", "spine"))
     out = []
     with tempfile.TemporaryDirectory(prefix="fairness-") as work:
         pnet = PassingNetwork(topo, topo_path, args.target, Path(work) / "run")
         pnet.start()
         try:
+            if args.link_mbps:
+                pnet.set_link_rates(every_link_at(topo, args.link_mbps))
             for sc in scenarios:
                 if sc == "two-jobs":
                     res = two_jobs(pnet, args.size, args.iters, windows)
@@ -243,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                     res = slow_host(pnet, args.size, args.iters,
                                     args.slow_mbps or uplink_mbps / 4)
                 res["target"] = pnet.target
+                res["link_mbps"] = uplink_mbps
                 print(json.dumps(res), flush=True)
                 out.append(res)
         finally:

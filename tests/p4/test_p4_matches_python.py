@@ -121,6 +121,18 @@ def test_capacities_and_port_match():
     assert p4_const("PASSING_UDP_PORT") == P.PASSING_UDP_PORT
 
 
+def test_fair_share_constants_match():
+    """The egress's fair-share mark (fair_share.p4) and the model's (switch_model/fair_share.py)
+    count and decide with the same numbers."""
+    assert p4_const("FAIR_INTERVAL_SHIFT") == P.FAIR_INTERVAL_SHIFT
+    assert p4_const("FAIR_QDEPTH") == P.FAIR_QDEPTH
+    assert p4_const("FAIR_F_MIN") == P.FAIR_F_MIN
+    assert p4_const("FAIR_F_MAX") == P.FAIR_F_MAX
+    assert p4_const("FAIR_ACTIVE_DIV") == P.FAIR_ACTIVE_DIV
+    assert p4_define("FAIR_PORTS") == P.FAIR_PORTS == 2**9  # every v1model port
+    assert p4_define("FAIR_FLOWS") == P.FAIR_FLOWS == P.MAX_JOBS + 1  # each stat row, and the rest
+
+
 def test_flags_and_drop_reasons_match():
     assert p4_const("FLAG_CONTRIB") == P.Flag.CONTRIB
     assert p4_const("FLAG_RESULT") == P.Flag.RESULT
