@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fairness import slow_host, two_jobs
+from bench.fairness import every_link_at, slow_host, two_jobs
 from controller.topology import load
 from tests import REPO
 from tests.conftest import skip_reason
@@ -41,8 +41,12 @@ def test_a_slow_host_link_holds_the_job_to_its_rate_without_flooding_it(leafspin
 
 
 def test_two_jobs_of_unequal_pools_share_an_uplink(tmp_path):
-    """On the model: BMv2's enq_qdepth cannot see the kernel's queue in front of a Mininet link,
-    so its marks do not reach the shares there (docs/benchmarks.md, "Sharing a link")."""
+    """On the model, every link at 40 Mbit/s: the links, not the switches' CPU, must bound the
+    jobs for a mark to decide their shares, and at the shipped 100 Mbit/s the model switches
+    fall behind the links on a busy or slow hour (67 / 33 was seen beside a compiler build:
+    the queue is then the switches' receive queue, which no egress mark sees). Not on BMv2: its
+    enq_qdepth cannot see the kernel's queue in front of a Mininet link (docs/benchmarks.md,
+    "Sharing a link")."""
     reason = skip_reason("model")
     if reason:
         pytest.skip(reason)
@@ -50,14 +54,13 @@ def test_two_jobs_of_unequal_pools_share_an_uplink(tmp_path):
     pnet = PassingNetwork(load(path), path, "model", tmp_path / "run")
     pnet.start()
     try:
-        res = two_jobs(pnet, "1M", iters=8, windows=(256, 32))
+        pnet.set_link_rates(every_link_at(pnet.topo, 40.0))
+        res = two_jobs(pnet, "1M", iters=4, windows=(256, 32))
     finally:
         pnet.stop()
     # two_jobs has checked every sum. Without the fair-share mark the pools split the uplink
     # about 79 / 21 (the deep-queue mark treats both alike); with it 51-54 / 46-49 at full size
-    # and 53-54 / 46-47 at this one. (With the cores busy elsewhere, a Tofino build at nice 19,
-    # the model switches fall behind before the link fills and 67 / 33 was seen: the queue is
-    # then the switches' receive queue, which no egress mark sees.)
+    # and the shipped rate, 47 / 53 here (three runs, two beside a compiler build at nice 19).
     assert min(res["shares"].values()) >= 0.38, res["shares"]
     assert res["jain"] >= 0.9, res
     # The marks reached both jobs' hosts, and the larger pool's windows were cut by them.
