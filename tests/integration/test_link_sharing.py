@@ -60,7 +60,7 @@ def test_two_jobs_of_unequal_pools_share_an_uplink(tmp_path):
         pnet.stop()
     # two_jobs has checked every sum. Without the fair-share mark the pools split the uplink
     # about 79 / 21 (the deep-queue mark treats both alike); with it 51-54 / 46-49 at full size
-    # and the shipped rate, 53 / 47 here (three runs, two beside a compiler build at nice 19).
+    # and the shipped rate, 53 / 47 here (two runs beside a compiler build at nice 19).
     assert min(res["shares"].values()) >= 0.38, res["shares"]
     assert res["jain"] >= 0.9, res
     # The marks reached both jobs' hosts, and the larger pool's windows were cut by them.
