@@ -33,8 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from controller.topology import Topology, load
+from controller.topology import load
 from passing.pipeline_files import topology_file
+from sim.fabric import reshape
 from topologies.exclusive import busy_message
 from topologies.network import PassingNetwork
 
@@ -136,13 +137,6 @@ def two_jobs(pnet: PassingNetwork, size: str, iters: int, windows: tuple[int, in
     return {"scenario": "two-jobs", "windows": list(windows), "mbps": rates,
             "shares": {f: r / total for f, r in rates.items()}, "jain": jain(list(rates.values())),
             "stats": {job: _window_stats(rep) for job, rep in zip((1, 2), reports, strict=True)}}
-
-
-def every_link_at(topo: Topology, mbps: float) -> Topology:
-    """`topo` with every host link and switch link at `mbps`."""
-    hosts = {n: replace(h, link=replace(h.link, bw=mbps)) for n, h in topo.hosts.items()}
-    uplinks = [replace(u, link=replace(u.link, bw=mbps)) for u in topo.uplinks]
-    return replace(topo, hosts=hosts, uplinks=uplinks)
 
 
 def _window_stats(reports: dict[str, dict]) -> dict:
@@ -247,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         pnet.start()
         try:
             if args.link_mbps:
-                pnet.set_link_rates(every_link_at(topo, args.link_mbps))
+                pnet.set_link_rates(reshape(topo, args.link_mbps))
             for sc in scenarios:
                 if sc == "two-jobs":
                     res = two_jobs(pnet, args.size, args.iters, windows)

@@ -108,7 +108,6 @@ def _open(lib: Path) -> ctypes.CDLL:
     dll.fp_fair_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
                                  ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
                                  ctypes.c_int]
-    dll.fair_epoch_now.restype = ctypes.c_uint64
     dll.fp_abi.restype = ctypes.c_int
     if dll.fp_abi() != C_LEN * 1000 + P.K:
         raise OSError(f"{lib.name}: not built for this layout (ctx of {C_LEN}, K={P.K})")

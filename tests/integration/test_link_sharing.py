@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fairness import every_link_at, slow_host, two_jobs
+from bench.fairness import slow_host, two_jobs
 from controller.topology import load
+from sim.fabric import reshape
 from tests import REPO
 from tests.conftest import skip_reason
 from topologies.network import PassingNetwork
@@ -54,7 +55,7 @@ def test_two_jobs_of_unequal_pools_share_an_uplink(tmp_path):
     pnet = PassingNetwork(load(path), path, "model", tmp_path / "run")
     pnet.start()
     try:
-        pnet.set_link_rates(every_link_at(pnet.topo, 40.0))
+        pnet.set_link_rates(reshape(pnet.topo, 40.0))
         res = two_jobs(pnet, "1M", iters=4, windows=(256, 32))
     finally:
         pnet.stop()
