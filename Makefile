@@ -5,13 +5,15 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup build update-p4info test test-all test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss bench-controller sim sim-validate sim-study run-topology stop docker-run-topology clean
+.PHONY: help setup build build-tofino update-p4info test test-all test-other-k test-python-pipeline test-numpy-window lint bench bench-quick bench-bmv2 bench-model bench-stragglers bench-loss bench-controller sim sim-validate sim-study run-topology stop docker-run-topology clean
 
 help:
 	@echo "make setup         install Debian packages (as root), .venv and pinned Python deps"
 	@echo "make build         compile p4src/ with $(P4C) into $(BUILD)/k<K>/ (BMv2 JSON + P4Info"
 	@echo "                   text); K, values per packet: PASSING_K=64|128|256|320 (default 320), docs/protocol.md"
 	@echo "make update-p4info build, then copy the P4Info to p4src/ (after changing p4src/)"
+	@echo "make build-tofino  compile p4src/tna/ for Tofino 2 with p4c-barefoot into $(BUILD)/tna-tofino2/"
+	@echo "                   and print the chip resources it takes (docs/tofino.md)"
 	@echo "make test          check an install in about 5 minutes: unit tests, the conformance suite"
 	@echo "                   on every installed target, one Mininet run end to end"
 	@echo "make test-all      every test (what .ci/run runs); BMv2/p4c tests skip when those are missing"
@@ -45,6 +47,10 @@ setup:
 # has its own build directory, $(BUILD)/k<K>.
 build:
 	@$(PY) -m passing.p4build --p4c $(P4C) --root $(BUILD)
+
+# The open Tofino compiler (p4c-barefoot) is built outside the repository, as p4c is.
+build-tofino:
+	@$(PY) -m passing.tna_build --out $(BUILD)/tna-tofino2
 
 # After changing p4src/: keep the committed P4Info (used by the model and the controller) in step.
 update-p4info:

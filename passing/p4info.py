@@ -75,8 +75,15 @@ class P4InfoIndex:
 
     @classmethod
     def from_file(cls, path: str | Path) -> P4InfoIndex:
+        """A P4Info in text format, or binary (`.bin`, as p4c writes it): the binary form keeps
+        target-specific externs (the Tofino compiler's) as opaque `Any`, which the text parser
+        cannot read without their definitions."""
         info = p4info_pb2.P4Info()
-        text_format.Merge(Path(path).read_text(), info)
+        path = Path(path)
+        if path.suffix == ".bin":
+            info.ParseFromString(path.read_bytes())
+        else:
+            text_format.Merge(path.read_text(), info)
         return cls(info)
 
     @staticmethod

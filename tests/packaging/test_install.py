@@ -101,6 +101,7 @@ def test_pipeline_files_resolve_inside_the_installed_package(installed):
         "print(json.dumps({'passing': passing.__file__, 'p4src': str(pf.P4SRC),\n"
         "  'p4info': str(pf.COMMITTED_P4INFO), 'p4info_exists': pf.COMMITTED_P4INFO.is_file(),\n"
         "  'sources': [str(p.relative_to(pf.P4SRC)) for p in pf.p4_sources()],\n"
+        "  'tna': sorted(p.name for p in (pf.P4SRC / 'tna').glob('*.p4')),\n"
         "  'leafspine': str(pf.topology_file('leafspine')),\n"
         "  'checkout': str(pf.CHECKOUT), 'build': str(pf.BUILD_DIR),\n"
         "  'path': sys.path}))")
@@ -112,6 +113,8 @@ def test_pipeline_files_resolve_inside_the_installed_package(installed):
                      for p in [*(CHECKOUT / "p4src").glob("*.p4"),
                                *(CHECKOUT / "p4src").glob("include/*.p4")])
     assert sorted(found["sources"]) == shipped
+    # The TNA program ships too: python -m passing.tna_build compiles it from a wheel.
+    assert found["tna"] == sorted(p.name for p in (CHECKOUT / "p4src" / "tna").glob("*.p4"))
     # A wheel is no checkout: it builds P4 into the user's cache, not into site-packages.
     assert found["checkout"] == "None"
     assert found["build"] == str(installed.cwd / "cache" / "passing" / "build" / f"k{P.K}")
