@@ -83,9 +83,14 @@ def compile_program(target: str, out: Path, p4c: str = P4C) -> Path:
         raise ValueError(NOT_SUPPORTED[target])
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}: choose {', '.join(TARGETS)}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        # Only an earlier build is replaced: a mistyped --out never deletes anything else.
+        if not (out / "manifest.json").is_file() or not (out / P4INFO_TEXT).is_file():
+            raise ValueError(f"{out} is not empty and holds no earlier TNA build: "
+                             "name a new directory with --out")
     if shutil.which(p4c) is None:
         raise CompilerMissing(compiler_missing_message(p4c))
-    out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

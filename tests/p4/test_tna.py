@@ -45,6 +45,15 @@ def test_without_the_compiler_the_build_says_what_is_missing(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_directory_that_is_no_build_is_never_overwritten(tmp_path):
+    keep = tmp_path / "notes.txt"
+    keep.write_text("mine")
+    res = _tna_build("--out", str(tmp_path))
+    assert res.returncode == 2
+    assert "is not empty and holds no earlier TNA build" in res.stderr
+    assert keep.read_text() == "mine"
+
+
 def test_tofino_1_is_refused_with_the_reason(tmp_path):
     res = _tna_build("--target", "tofino", "--out", str(tmp_path / "o"))
     assert res.returncode == 2
