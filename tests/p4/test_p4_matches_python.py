@@ -6,19 +6,15 @@ makes it for this process's K (PASSING_K); tests/unit/test_wide_k.py runs this m
 every other K."""
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from passing import lanes, packet
 from passing import protocol as P
+from tests.p4 import CPP, needs_cpp
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "p4src" / "include"
-CPP = shutil.which("cpp")
-needs_cpp = pytest.mark.skipif(CPP is None, reason="no C preprocessor (cpp), which p4c needs too")
 
 
 def p4_text(name: str) -> str:

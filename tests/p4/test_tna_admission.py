@@ -8,10 +8,7 @@ roles and pools within the controller's limits (at most 64 ids behind a port, po
 from __future__ import annotations
 
 import random
-import shutil
 from types import SimpleNamespace
-
-import pytest
 
 from switch_model.frame import (
     DROP_NONE,
@@ -23,10 +20,10 @@ from switch_model.frame import (
     Header,
 )
 from switch_model.pipeline import Pipeline
+from tests.p4 import needs_cpp
 from tests.p4.tna_slot import const_entries, lookup, preprocessed
 
-pytestmark = pytest.mark.skipif(shutil.which("cpp") is None,
-                                reason="no C preprocessor (cpp), which reads the P4's tables")
+pytestmark = needs_cpp
 
 
 def tna_reject(entries, h: Header, port: int, j: dict, member: tuple[int, int] | None):

@@ -13,7 +13,6 @@ conformance suite); the TNA side is tests/p4/tna_slot.py, whose tables are the P
 from __future__ import annotations
 
 import random
-import shutil
 
 import pytest
 
@@ -53,10 +52,10 @@ from switch_model.slot_store import (
     WORD_BITS,
 )
 from switch_model.slot_word import foreign_open, next_version_word, verdict, version_words
+from tests.p4 import needs_cpp
 from tests.p4.tna_slot import M32, TnaSlot
 
-pytestmark = pytest.mark.skipif(shutil.which("cpp") is None,
-                                reason="no C preprocessor (cpp), which reads the P4's tables")
+pytestmark = needs_cpp
 
 REFUSED = (DROP_STALE_RESULT, DROP_STALE_ROUND)
 # What the v1model program says of a late contributor's retransmission -> what the TNA says.

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 
 from switch_model.frame import FLAG_CLOSE, FLAG_CONGESTED, FLAG_CONTRIB, FLAG_RESULT, Header
 from tests import REPO
+from tests.p4 import CPP
 
 TNA = REPO / "p4src" / "tna"
 M32 = (1 << 32) - 1
 
 
 def preprocessed(name: str) -> str:
-    out = subprocess.run(["cpp", "-P", "-DPASSING_K=64", f"-I{TNA}", str(TNA / name)],
+    out = subprocess.run([CPP, "-P", "-DPASSING_K=64", f"-I{TNA}", str(TNA / name)],
                          check=True, capture_output=True, text=True).stdout
     return re.sub(r"/\*.*?\*/", "", out, flags=re.S)
 
