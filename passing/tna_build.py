@@ -120,18 +120,19 @@ def resources(target: str, out: Path) -> Resources:
     phv_used = sum(c["bit_width"]
                    for c in json.loads((logs / "phv.json").read_text())["containers"])
     used = {"sram": 0, "map": 0, "tcam": 0, "salu": 0}
-    per_stage = {}
     for stage in mau["mau_stages"]:
         used["sram"] += len(stage["rams"]["srams"])
         used["map"] += len(stage["map_rams"]["maprams"])
         used["tcam"] += len(stage["tcams"]["tcams"])
         used["salu"] += len(stage["meter_alus"]["meters"])
-        per_stage = {
-            "sram": stage["rams"]["nRows"] * stage["rams"]["nColumns"],
-            "map": stage["map_rams"]["nRows"] * stage["map_rams"]["nUnits"],
-            "tcam": stage["tcams"]["nRows"] * stage["tcams"]["nColumns"],
-            "salu": stage["meter_alus"]["nAlus"],
-        }
+    # Every stage of a chip has the same memories and ALUs.
+    first = mau["mau_stages"][0]
+    per_stage = {
+        "sram": first["rams"]["nRows"] * first["rams"]["nColumns"],
+        "map": first["map_rams"]["nRows"] * first["map_rams"]["nUnits"],
+        "tcam": first["tcams"]["nRows"] * first["tcams"]["nColumns"],
+        "salu": first["meter_alus"]["nAlus"],
+    }
     total = {k: v * mau["nStages"] for k, v in per_stage.items()}
     return Resources(target=target,
                      ingress_stages=(_stages(bfa, "ingress"), stages),
