@@ -27,7 +27,7 @@ from passing.pipeline_files import (
     K_STAMP,
     P4_MAIN,
     built_k,
-    p4_sources,
+    newer_source,
 )
 
 P4C = "p4c-bm2-ss"
@@ -49,8 +49,7 @@ def up_to_date(out: Path) -> bool:
     outputs = [out / "passing.json", out / "passing.p4info.txtpb"]
     if not all(p.exists() for p in outputs) or built_k(out) != P.K:
         return False
-    built = min(p.stat().st_mtime for p in outputs)
-    return all(src.stat().st_mtime <= built for src in p4_sources())
+    return newer_source(out) is None
 
 
 def build(out: Path = BUILD_DIR, p4c: str = P4C, force: bool = False) -> bool:

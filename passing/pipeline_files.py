@@ -119,6 +119,15 @@ def built_k(build_dir: Path) -> int | None:
         return None
 
 
+def newer_source(build_dir: Path) -> Path | None:
+    """A P4 source changed after the build in `build_dir` was compiled (the newest such), or
+    None when the build's outputs are newer than every source (as make judges it)."""
+    outputs = [Path(build_dir) / "passing.json", Path(build_dir) / "passing.p4info.txtpb"]
+    built = min(p.stat().st_mtime for p in outputs)
+    newer = [src for src in p4_sources() if src.stat().st_mtime > built]
+    return max(newer, key=lambda src: src.stat().st_mtime) if newer else None
+
+
 def load_p4info(path: str | Path | None = None) -> p4info_pb2.P4Info:
     """The P4Info text file at `path`, or without one the committed P4Info as p4c compiles it
     for this process's K (committed_p4info)."""
@@ -141,7 +150,8 @@ def pipeline_files(build_dir: Path = BUILD_DIR) -> tuple[p4info_pb2.P4Info, byte
     """(P4Info, device config bytes) to push to a switch: the build if there is one, else the
     committed P4Info (sized for this K) with no device config (enough for the model; BMv2
     refuses it). A build for another K than this process's raises BuildMismatch: its switches
-    would drop every packet of this K as malformed."""
+    would drop every packet of this K as malformed. So does a build older than a P4 source:
+    BMv2 would run the program as it was, not as the agents and the controller now speak it."""
     build_dir = Path(build_dir)
     p4info, json_file = build_dir / "passing.p4info.txtpb", build_dir / "passing.json"
     if p4info.exists() and json_file.exists():
@@ -152,5 +162,11 @@ def pipeline_files(build_dir: Path = BUILD_DIR) -> tuple[p4info_pb2.P4Info, byte
                 f"{build_dir} holds a pipeline built for K={k or 'unknown'}, but "
                 f"{P.K_ENV} gives K={P.K}: build it for this K (`make build` or "
                 f"`python -m passing.p4build --out {build_dir}`){other}")
+        changed = newer_source(build_dir)
+        if changed is not None:
+            raise BuildMismatch(
+                f"{build_dir} was built before {changed} last changed: rebuild it (`make "
+                f"build` or `python -m passing.p4build --out {build_dir}`), or remove it where "
+                f"only the software model runs (it needs no build)")
         return load_p4info(p4info), json_file.read_bytes()
     return committed_p4info(), b""

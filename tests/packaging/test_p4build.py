@@ -58,6 +58,16 @@ def test_a_build_for_another_or_an_unknown_k_is_rebuilt_and_never_pushed(tmp_pat
         files_of(tmp_path)
 
 
+def test_a_build_older_than_a_source_is_never_pushed(tmp_path):
+    """BMv2 would run the program as it was built, not as the agents now speak it."""
+    fake_build(tmp_path, age_s=10)
+    newest = max(p4_sources(), key=lambda p: p.stat().st_mtime)
+    with pytest.raises(BuildMismatch, match=f"built before {newest} last changed: rebuild it"):
+        files_of(tmp_path)
+    fake_build(tmp_path, age_s=-10)
+    assert files_of(tmp_path)[1] == b"{}"
+
+
 def test_each_k_has_its_own_build_directory():
     assert BUILD_DIR == BUILD_ROOT / f"k{P.K}"
 
