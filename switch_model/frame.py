@@ -143,8 +143,11 @@ def congested(frame: bytes) -> bytes:
     """The frame as PassingEgress sends it when it marks: a PASSING copy of this switch's
     (is_passing_copy) with FLAG_CONGESTED set (its UDP checksum is zero); anything else as it
     is."""
-    if not is_passing_copy(frame):
-        return frame
+    return with_mark(frame) if is_passing_copy(frame) else frame
+
+
+def with_mark(frame: bytes) -> bytes:
+    """A PASSING copy (is_passing_copy, which the caller has checked) with FLAG_CONGESTED set."""
     out = bytearray(frame)
     out[FLAGS_AT_BYTE] |= FLAG_CONGESTED
     return bytes(out)

@@ -20,7 +20,7 @@ import numpy as np
 from passing import mmsg
 from switch_model import fastpath
 from switch_model.fair_share import epoch_now, fair_flow
-from switch_model.frame import congested, is_passing_copy
+from switch_model.frame import congested, is_passing_copy, with_mark
 from switch_model.pipeline import Pipeline
 
 log = logging.getLogger("switch_model.ports")
@@ -167,7 +167,7 @@ class Ports:
             passing = is_passing_copy(f)
             over = fair.step(port, fair_flow(pipeline.state, f, passing), len(f), epoch,
                              fair_deep, passing)
-            out.append(congested(f) if passing and (deep or over) else f)
+            out.append(with_mark(f) if passing and (deep or over) else f)
         return out
 
     def _frames(self, sock: socket.socket) -> Iterator[bytes]:
