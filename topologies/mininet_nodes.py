@@ -179,6 +179,12 @@ class BMv2Switch(PassingSwitch):
                "--thrift-port", str(self.side_port), *self.port_args()]
         if self.log:  # a log line per table and action of every packet: slow, for debugging
             cmd += ["--log-file", str(self.run_dir / f"{self.name}-bmv2"), "--log-flush"]
+        else:
+            # BMv2's default level is trace, and it formats every line (a packet's tables,
+            # actions and register values) even with no log to write it to, where nobody
+            # sees it: two thirds of its CPU. Off, it carries about 3x the packets
+            # (docs/benchmarks.md, "BMv2 at the shipped link rate").
+            cmd += ["--log-level", "off"]
         if self.pcap:
             cmd += ["--pcap", str(self.run_dir)]
         return [*cmd, "--", "--grpc-server-addr", self.grpc_address]
