@@ -242,6 +242,10 @@ def test_fuzz_changes_no_register_and_every_drop_is_counted(fuzz_fabric):
     before = _snapshot(fabric)
     assert any(before["slot_state"][:SLOTS]) and any(before["slot_state"][64:64 + SLOTS])
     writes = fabric.register_writes("s1") if not fabric.registers_whole else 0
+    if not fabric.registers_whole and writes == 0:
+        # The sessions above wrote slots: a log without them is a BMv2 built for speed.
+        pytest.skip("this BMv2 logs no register writes (built --disable-logging-macros, as "
+                    "p4lang's performance guide says): its registers cannot be checked whole")
     dropped = _all_drops(sw)
 
     frames = _fuzz_frames(np.random.default_rng(2026), 10_000)
