@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -59,6 +61,28 @@ def _timed(fn, times: int) -> float:
     return sorted(spans)[len(spans) // 2]
 
 
+def _train(model: nn.Module, a: argparse.Namespace,
+           loss_of: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
+    """Seconds per DDP step of `model` over `a.steps` steps, after `a.warmup`. DDP's reducer
+    holds the process group; it is gone when this returns, so the group is torn down where
+    run() destroys it, not at interpreter exit (there, with the peer's side already closed,
+    gloo aborted a rank in one CI run: "terminate called without an active exception")."""
+    ddp = DDP(model, bucket_cap_mb=a.bucket_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss_of(ddp(x)).backward()
+        opt.step()
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    return (time.perf_counter() - t0) / a.steps
+
+
 def run(a: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     dist.init_process_group(a.backend)
@@ -83,26 +107,15 @@ def run(a: argparse.Namespace) -> dict:
         for f in flats:
             dist.all_reduce(f)
 
-    ddp = DDP(model, bucket_cap_mb=a.bucket_mb)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-
-    def step() -> None:
-        opt.zero_grad()
-        loss_fn(ddp(x), y).backward()
-        opt.step()
-    for _ in range(a.warmup):
-        step()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        step()
-    step_s = (time.perf_counter() - t0) / a.steps
+    step_s = _train(model, a, lambda out: loss_fn(out, y), x)
     # After the steps, with the sessions as warm as theirs were (their speculative scales).
     communicate()
     comm_s = _timed(communicate, 5)
     hidden = compute_s + comm_s - step_s
     share = max(0.0, min(1.0, hidden / max(min(compute_s, comm_s), 1e-9)))
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    dist.barrier()  # both ranks past their last collective before either closes the group
+    gc.collect()  # whatever of DDP a reference cycle kept
     dist.destroy_process_group()
     return {"rank": rank, "backend": a.backend, "overlap_env": os.environ.get("PASSING_OVERLAP"),
             "params": params, "buckets": len(flats), "steps": a.steps,
