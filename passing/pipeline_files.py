@@ -124,8 +124,8 @@ def newer_source(build_dir: Path) -> Path | None:
     None when the build's outputs are newer than every source (as make judges it)."""
     outputs = [Path(build_dir) / "passing.json", Path(build_dir) / "passing.p4info.txtpb"]
     built = min(p.stat().st_mtime for p in outputs)
-    newer = [src for src in p4_sources() if src.stat().st_mtime > built]
-    return max(newer, key=lambda src: src.stat().st_mtime) if newer else None
+    newest = max(p4_sources(), key=lambda src: src.stat().st_mtime)
+    return newest if newest.stat().st_mtime > built else None
 
 
 def load_p4info(path: str | Path | None = None) -> p4info_pb2.P4Info:
