@@ -189,3 +189,22 @@ def test_new_job_generation_starts_with_empty_pool(star):
     sw.test_ports[2].send(contribution(DEV, 2, np.full(P.K, 6), job_id=21, slot=1))
     for _, rec in expect_results(star, [2, 3]).values():
         assert rec["values"].tolist() == [11] * P.K
+
+
+def test_a_whole_window_sent_at_once_is_summed_with_nothing_lost(star):
+    """Every host sends its whole window back to back, as an agent does at a call's start: 128
+    frames in one burst, more than a switch port's capture ring held when it was sized for
+    64 KiB frames (BMv2 on a veth with offloads on lost all beyond about 32 per port)."""
+    sw = star["s1"]
+    window = 64
+    install_job(sw.conn, DEV, job_id=7, members={1: 0, 2: 1}, pool_size=window)
+    vals = rand_values(np.random.default_rng(64), 2 * window).reshape(window, 2, P.K)
+    frames = [(p, contribution(DEV, p, vals[s, p - 1], job_id=7, slot=s))
+              for s in range(window) for p in (1, 2)]
+    for p, frame in frames:
+        sw.test_ports[p].send(frame)
+    for p in (1, 2):
+        got = [decode(f)[1] for f in sw.test_ports[p].recv(window, 10.0)]
+        assert sorted(int(r["slot"]) for r in got) == list(range(window)), p
+        for r in got:
+            assert np.array_equal(r["values"], vals[r["slot"]].sum(axis=0).astype(np.int32))
