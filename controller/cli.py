@@ -58,7 +58,8 @@ def load_controller(args) -> Controller:
         if name not in topo.switches:
             raise ControllerError(f"{cfg_path}: switches.{name} is not in the topology")
         try:
-            endpoints[name] = Endpoint(name, str(sw["address"]), int(sw.get("device_id", 0)))
+            endpoints[name] = Endpoint(name, str(sw["address"]), int(sw.get("device_id", 0)),
+                                       _preloaded(cfg_path, name, sw))
         except (KeyError, TypeError, ValueError):
             raise ControllerError(f"{cfg_path}: switches.{name} needs \"address\" and an "
                                   "integer \"device_id\"") from None
@@ -66,6 +67,16 @@ def load_controller(args) -> Controller:
     return Controller(topo, endpoints, base / cfg["state"], max_jobs=max_jobs, shares=shares,
                       connect_timeout=args.timeout, retries=args.retries,
                       dump_dir=Path(args.dump_p4runtime) if args.dump_p4runtime else None)
+
+
+def _preloaded(cfg_path: Path, name: str, sw: dict) -> bool:
+    how = sw.get("pipeline", "push")
+    if how not in ("push", "preloaded"):
+        raise ControllerError(
+            f"{cfg_path}: switches.{name}.pipeline is {how!r}: \"push\" (the controller loads "
+            "the PASSING pipeline; the default) or \"preloaded\" (the switch's own tools load "
+            "it, as on Tofino: docs/tofino.md)")
+    return how == "preloaded"
 
 
 def _job_limits(cfg: dict, cfg_path: Path) -> tuple[int, int | None]:

@@ -17,6 +17,9 @@ class Endpoint:
     name: str
     address: str
     device_id: int
+    # The switch's own tools load its program (Tofino's bf_switchd): the controller pushes
+    # none there and drives what runs when its tables and counters are PASSING's.
+    preloaded: bool = False
 
 
 class SwitchConnections:

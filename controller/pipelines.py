@@ -14,8 +14,9 @@ from controller.l2_paths import L2Paths
 from controller.switch import SwitchError, Update
 from controller.tables.forwarding import ForwardingTables
 from controller.topology import Topology
+from passing.control_surface import surface_difference
 from passing.p4info import pipeline_signature
-from passing.pipeline_files import BUILD_DIR, BuildMismatch, pipeline_files
+from passing.pipeline_files import BUILD_DIR, BuildMismatch, committed_p4info, pipeline_files
 
 FLOOD_GROUP = 1  # multicast group for L2 flooding; job groups start at 2
 
@@ -43,11 +44,32 @@ class Pipelines:
         return pipeline_signature(self.pipeline()[0])
 
     def pipeline_state(self, name: str) -> str:
-        """'ours', 'none' or 'other': what the switch runs."""
+        """'ours', 'none' or 'other': what the switch runs. On a switch that loads its own
+        program, ours is one whose tables and counters are PASSING's (passing.control_surface):
+        its loader's compiler numbers and names them its own way."""
         c = self.connections.conn(name)
         if not c.fetch_pipeline():
             return "none"
+        if self._preloaded(name):
+            return "other" if self._difference(c.info.p4info) else "ours"
         return "ours" if pipeline_signature(c.info.p4info) == self._own_signature else "other"
+
+    def _preloaded(self, name: str) -> bool:
+        return self.connections.endpoints[name].preloaded
+
+    def _difference(self, running: p4info_pb2.P4Info) -> str | None:
+        # The committed P4Info: the surface does not change with K, and no build is needed
+        # where the controller pushes nothing.
+        return surface_difference(committed_p4info(), running)
+
+    def _refuse_preloaded(self, name: str, state: str) -> ControllerError:
+        c = self.connections.conn(name)
+        runs = ("runs no pipeline" if state == "none" else
+                f"runs a program the controller cannot drive ({self._difference(c.info.p4info)})")
+        return ControllerError(
+            f"switch {name} {runs}, and its configuration says \"pipeline\": \"preloaded\", so "
+            "the controller loads nothing there: load the PASSING program with the switch's own "
+            "tools (Tofino: docs/tofino.md), or drop \"pipeline\" to let the controller push it")
 
     def switch_status(self) -> list[dict]:
         """Per switch: its endpoint and role, whether it answers, and what it runs."""
@@ -67,6 +89,8 @@ class Pipelines:
         """Make switch `name` run the PASSING pipeline with forwarding installed. Pushing a
         pipeline wipes a switch, so it is pushed only when the switch runs none or another."""
         state = self.pipeline_state(name)
+        if self._preloaded(name) and state != "ours":
+            raise self._refuse_preloaded(name, state)
         c = self.connections.conn(name)
         if state == "other":
             # BMv2's P4Runtime server forgets multicast groups on a new pipeline but leaves

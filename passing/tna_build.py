@@ -95,7 +95,10 @@ def compile_program(target: str, out: Path, p4c: str = P4C) -> Path:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     arch, _ = TARGETS[target]
+    # Standard P4Runtime counters and registers in the P4Info, not Tofino externs: the
+    # controller reads and zeroes its counters as P4Runtime CounterEntry on every target.
     subprocess.run([p4c, "--target", target, "--arch", arch, "-g", "-o", str(out),
+                    "--p4runtime-force-std-externs",
                     "--p4runtime-files", f"{out / P4INFO_TEXT},{out / P4INFO_BIN}", str(TNA_MAIN)],
                    check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return out

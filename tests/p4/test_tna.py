@@ -16,6 +16,7 @@ import pytest
 from controller import installer
 from controller.switch import SwitchWriter, Update
 from passing import protocol as P
+from passing.control_surface import CONTROL_COUNTERS, CONTROL_TABLES, surface_difference
 from passing.p4info import P4InfoIndex
 from passing.pipeline_files import COMMITTED_P4INFO
 from passing.tna_build import P4INFO_BIN, compile_program, resources
@@ -27,9 +28,6 @@ needs_bf_p4c = pytest.mark.skipif(
     reason="p4c-barefoot not on PATH (the open Tofino compiler is built from p4lang/p4c "
            "outside this repository; docs/tofino.md)")
 
-# What the controller writes and reads on every switch (controller/tables/).
-CONTROL_TABLES = ["job_config", "membership", "peer_rewrite", "result_guard", "l2_forward"]
-COUNTERS = ["global_drops", "job_stats", "late_contribs", "pool_contribs", "egress_drops"]
 
 
 def _tna_build(*args: str) -> subprocess.CompletedProcess:
@@ -154,32 +152,13 @@ def test_every_table_the_controller_uses_has_the_same_keys_and_actions(tofino2):
 
     for name in CONTROL_TABLES:
         assert shape(tna, name) == shape(v1, name), name
-    # The counters the controller reads are Tofino externs there, of the same sizes.
-    sizes = {}
-    for ext in tna.p4info.externs:
-        if ext.extern_type_name == "Counter":
-            sizes.update({i.preamble.name.split(".")[-1]: i for i in ext.instances})
-    assert set(COUNTERS) <= set(sizes)
-    assert {c.preamble.name.lstrip("."): c.size for c in v1.p4info.counters} == {
-        name: _counter_size(sizes[name]) for name in COUNTERS}
-
-
-def _counter_size(instance) -> int:
-    """The size field of a barefoot.Counter (its message type is Tofino's own: field 2)."""
-    from google.protobuf.internal.decoder import _DecodeVarint
-
-    data = instance.info.value
-    pos = 0
-    while pos < len(data):
-        key, pos = _DecodeVarint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _DecodeVarint(data, pos)
-            if field == 2:
-                return value
-        elif wire == 2:
-            length, pos = _DecodeVarint(data, pos)
-            pos += length
-        else:
-            raise ValueError(f"unexpected wire type {wire} in barefoot.Counter")
-    raise ValueError("barefoot.Counter without a size")
+    # The counters the controller reads and zeroes (stats, a resize's pool retirement) are
+    # P4Runtime counters there too, not Tofino externs (tna_build: --p4runtime-force-std-
+    # externs), with the v1model program's sizes and units.
+    assert not [e for e in tna.p4info.externs if e.extern_type_name == "Counter"]
+    for name in CONTROL_COUNTERS:
+        ours, theirs = v1.counter(name), tna.counter(name)
+        assert (theirs.size, theirs.spec.unit) == (ours.size, ours.spec.unit), name
+    # So a controller told the switch is "preloaded" drives it (tests/controller/
+    # test_preloaded.py): the same surface, by last name and width.
+    assert surface_difference(v1.p4info, tna.p4info) is None
