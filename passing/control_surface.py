@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from p4.config.v1 import p4info_pb2
 
-from passing.p4info import P4InfoError, P4InfoIndex
+from passing.p4info import P4InfoIndex
 
 # controller/tables/ and controller/counters.py
 CONTROL_TABLES = ("job_config", "membership", "peer_rewrite", "result_guard", "l2_forward")
@@ -49,7 +49,7 @@ def control_surface(info: p4info_pb2.P4Info) -> dict[str, tuple | None]:
                         *((n, _counter) for n in CONTROL_COUNTERS)]:
         try:
             out[name] = shape(idx, name)
-        except P4InfoError:
+        except KeyError:  # P4InfoError, or an action reference to no action: not ours
             out[name] = None
     return out
 
