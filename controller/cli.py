@@ -115,6 +115,10 @@ def run_with(ctl: Controller, args) -> tuple[object, str]:
                            "no pipeline" if r["pipeline"] == "none" else
                            "another pipeline" if r["pipeline"] else
                            "UNREACHABLE: " + r.get("error", ""))
+            if r["preloaded"] and r["reachable"]:
+                # Nothing but the switch's own tools will change that: say so where it matters.
+                r["status"] += (" (preloaded)" if r["pipeline"] == "ours" else
+                                " (preloaded: load PASSING's with the switch's own tools)")
         return rows, table(rows, ["switch", "role", "address", "device_id", "status"])
     if args.cmd == "prepare":
         res = {name: ctl.prepare(name) for name in ctl.topo.switches}

@@ -72,11 +72,13 @@ class Pipelines:
             "tools (Tofino: docs/tofino.md), or drop \"pipeline\" to let the controller push it")
 
     def switch_status(self) -> list[dict]:
-        """Per switch: its endpoint and role, whether it answers, and what it runs."""
+        """Per switch: its endpoint and role, whether its own tools load its program, whether
+        it answers, and what it runs."""
         rows = []
         for name, ep in self.connections.endpoints.items():
             row = {"switch": name, "address": ep.address, "device_id": ep.device_id,
-                   "role": self.topo.switches[name].role, "reachable": False, "pipeline": None}
+                   "role": self.topo.switches[name].role, "preloaded": ep.preloaded,
+                   "reachable": False, "pipeline": None}
             try:
                 row["pipeline"] = self.pipeline_state(name)
                 row["reachable"] = True

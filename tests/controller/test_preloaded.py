@@ -137,3 +137,24 @@ def test_the_configuration_says_which_settings_exist(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "switches.s1.pipeline is 'tofino': \"push\"" in err
     assert "\"preloaded\" (the switch's own tools load it, as on Tofino" in err
+
+
+@pytest.mark.parametrize("runs, status", [
+    (lambda: renumbered(committed_p4info()), "pipeline loaded (preloaded)"),
+    (lambda: None, "no pipeline (preloaded: load PASSING's with the switch's own tools)"),
+])
+def test_switches_says_which_switches_load_their_own_program(tmp_path, capsys, runs, status):
+    sw = LoadedSwitch(runs())
+    try:
+        cfg = {"topology": str(REPO / "topologies" / "star.json"), "state": "state.sqlite",
+               "switches": {"s1": {"address": sw.address, "device_id": 0,
+                                   "pipeline": "preloaded"}}}
+        path = tmp_path / "controller.json"
+        path.write_text(json.dumps(cfg))
+        assert main(["--config", str(path), "switches"]) == 0
+        assert status in capsys.readouterr().out
+        assert main(["--config", str(path), "switches", "--json"]) == 0
+        row = json.loads(capsys.readouterr().out)[0]
+        assert row["preloaded"] is True and row["reachable"] is True
+    finally:
+        sw.close()
