@@ -14,7 +14,7 @@ from controller.l2_paths import L2Paths
 from controller.switch import SwitchError, Update
 from controller.tables.forwarding import ForwardingTables
 from controller.topology import Topology
-from passing.control_surface import surface_difference
+from passing.control_surface import control_surface, surface_difference
 from passing.p4info import pipeline_signature
 from passing.pipeline_files import BUILD_DIR, BuildMismatch, committed_p4info, pipeline_files
 
@@ -57,10 +57,15 @@ class Pipelines:
     def _preloaded(self, name: str) -> bool:
         return self.connections.endpoints[name].preloaded
 
+    @functools.cached_property
+    def _own_surface(self) -> dict[str, tuple | None]:
+        """What a preloaded switch's program must match, parsed once (as _own_signature): from
+        the committed P4Info, since the surface does not change with K and no build is needed
+        where the controller pushes nothing."""
+        return control_surface(committed_p4info())
+
     def _difference(self, running: p4info_pb2.P4Info) -> str | None:
-        # The committed P4Info: the surface does not change with K, and no build is needed
-        # where the controller pushes nothing.
-        return surface_difference(committed_p4info(), running)
+        return surface_difference(self._own_surface, running)
 
     def _refuse_preloaded(self, name: str, state: str) -> ControllerError:
         c = self.connections.conn(name)

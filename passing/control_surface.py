@@ -54,10 +54,10 @@ def control_surface(info: p4info_pb2.P4Info) -> dict[str, tuple | None]:
     return out
 
 
-def surface_difference(ours: p4info_pb2.P4Info, theirs: p4info_pb2.P4Info) -> str | None:
-    """None where the controller can drive a switch running `theirs` as one running `ours`;
-    else what differs first, in words."""
-    mine, other = control_surface(ours), control_surface(theirs)
+def surface_difference(mine: dict[str, tuple | None], theirs: p4info_pb2.P4Info) -> str | None:
+    """None where the controller can drive a switch running `theirs` as one running the
+    program whose control_surface is `mine`; else what differs first, in words."""
+    other = control_surface(theirs)
     for name, shape in mine.items():
         kind = "table" if name in CONTROL_TABLES else "counter"
         if other[name] is None:

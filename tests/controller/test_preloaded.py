@@ -18,7 +18,7 @@ from controller.cli import main
 from controller.core import Controller, ControllerError, Endpoint
 from controller.job_plan import JobSpec
 from controller.topology import load
-from passing.control_surface import surface_difference
+from passing.control_surface import control_surface, surface_difference
 from passing.pipeline_files import committed_p4info
 from switch_model.p4runtime_server import P4RuntimeService, listen
 from switch_model.pipeline import Pipeline
@@ -123,8 +123,9 @@ def test_surface_difference_names_what_is_missing():
     other = p4info_pb2.P4Info()
     other.CopyFrom(committed_p4info())
     del other.counters[:]
-    assert surface_difference(committed_p4info(), other) == "it has no counter global_drops"
-    assert surface_difference(committed_p4info(), renumbered(committed_p4info())) is None
+    ours = control_surface(committed_p4info())
+    assert surface_difference(ours, other) == "it has no counter global_drops"
+    assert surface_difference(ours, renumbered(committed_p4info())) is None
 
 
 def test_the_configuration_says_which_settings_exist(tmp_path, capsys):

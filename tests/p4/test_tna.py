@@ -16,7 +16,7 @@ import pytest
 from controller import installer
 from controller.switch import SwitchWriter, Update
 from passing import protocol as P
-from passing.control_surface import CONTROL_COUNTERS, CONTROL_TABLES, surface_difference
+from passing.control_surface import CONTROL_COUNTERS, CONTROL_TABLES, control_surface
 from passing.p4info import P4InfoIndex
 from passing.pipeline_files import COMMITTED_P4INFO
 from passing.tna_build import P4INFO_BIN, compile_program, resources
@@ -27,7 +27,6 @@ needs_bf_p4c = pytest.mark.skipif(
     shutil.which("p4c-barefoot") is None,
     reason="p4c-barefoot not on PATH (the open Tofino compiler is built from p4lang/p4c "
            "outside this repository; docs/tofino.md)")
-
 
 
 def _tna_build(*args: str) -> subprocess.CompletedProcess:
@@ -141,24 +140,12 @@ def test_every_table_the_controller_uses_has_the_same_keys_and_actions(tofino2):
     v1 = P4InfoIndex.from_file(COMMITTED_P4INFO)
     tna = P4InfoIndex.from_file(tofino2 / P4INFO_BIN)
 
-    def shape(info: P4InfoIndex, name: str) -> tuple:
-        t = info.table(name)
-        actions = sorted(
-            (info.action_name(r.id).split(".")[-1],
-             tuple((p.name, p.bitwidth) for p in info.action(info.action_name(r.id)).params))
-            for r in t.action_refs if info.action_name(r.id) != "NoAction")
-        return (tuple((m.name, m.bitwidth, m.match_type) for m in t.match_fields), actions,
-                t.size)
-
-    for name in CONTROL_TABLES:
-        assert shape(tna, name) == shape(v1, name), name
-    # The counters the controller reads and zeroes (stats, a resize's pool retirement) are
-    # P4Runtime counters there too, not Tofino externs (tna_build: --p4runtime-force-std-
-    # externs), with the v1model program's sizes and units.
+    # Each table's keys, actions, parameters and size, each counter's size and unit, by last
+    # name (passing.control_surface): what a controller told the switch is "preloaded" checks
+    # before it drives it (tests/controller/test_preloaded.py). The counters the controller
+    # reads and zeroes (stats, a resize's pool retirement) are P4Runtime counters there too,
+    # not Tofino externs (tna_build: --p4runtime-force-std-externs).
+    ours, theirs = control_surface(v1.p4info), control_surface(tna.p4info)
+    for name in (*CONTROL_TABLES, *CONTROL_COUNTERS):
+        assert theirs[name] is not None and theirs[name] == ours[name], name
     assert not [e for e in tna.p4info.externs if e.extern_type_name == "Counter"]
-    for name in CONTROL_COUNTERS:
-        ours, theirs = v1.counter(name), tna.counter(name)
-        assert (theirs.size, theirs.spec.unit) == (ours.size, ours.spec.unit), name
-    # So a controller told the switch is "preloaded" drives it (tests/controller/
-    # test_preloaded.py): the same surface, by last name and width.
-    assert surface_difference(v1.p4info, tna.p4info) is None
