@@ -4,6 +4,7 @@ runs."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from mininet.link import Link
@@ -55,6 +56,9 @@ class MininetFabric:
                              f"{MAX_SWITCH_INDEX}: Mininet gives each switch its own ports from "
                              f"{GRPC_PORT_BASE} on; simulate a fabric this large (python -m sim)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        stale = _remove_interfaces(self._switch_port_names())
+        if stale:
+            print(f"*** removed interfaces left by an earlier run: {', '.join(stale)}")
         if self.target == "bmv2":
             # BMv2 starts without a program; the controller pushes this build to it.
             if p4build.build(BUILD_DIR):
@@ -131,6 +135,15 @@ class MininetFabric:
             self.net = None
             link_loss.remove_root_tables(names)
 
+    def _switch_port_names(self) -> list[str]:
+        """The names Mininet will give the switches' ports (`<switch>-eth<port>`), all in the
+        root namespace. A run killed before its stop leaves the switch-to-switch ones there
+        (a host's end dies with its namespace, taking its pair along; two switch ends keep
+        each other), and Mininet then refuses the link: "RTNETLINK answers: File exists"."""
+        return [f"{h.rack}-eth{h.port}" for h in self.topo.hosts.values()] + \
+            [f"{n}-eth{p}" for u in self.topo.uplinks
+             for n, p in ((u.lower, u.lower_port), (u.upper, u.upper_port))]
+
     def _root_interfaces(self) -> list[str]:
         """The switches' interfaces: those in the root namespace."""
         return [intf.name for sw in self.net.switches for intf in sw.intfList()
@@ -173,6 +186,23 @@ class MininetFabric:
             for intf in (link.intf1, link.intf2):
                 link_rate.set_rate(intf, params.bw)
         self.topo = topo
+
+
+def _remove_interfaces(names: list[str]) -> list[str]:
+    """Delete those of `names` that exist in this (the root) namespace; the ones deleted.
+    Called under the network lock (topologies/exclusive.py): no other PASSING network runs,
+    so an interface of these names is a dead run's. Deleting one end of a veth pair deletes
+    both, so a name already gone with its peer is skipped."""
+    removed = []
+    for name in names:
+        if not Path("/sys/class/net", name).exists():
+            continue
+        out = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True)
+        if out.returncode != 0 and Path("/sys/class/net", name).exists():
+            raise RuntimeError(f"interface {name}, left by an earlier run, cannot be removed: "
+                               f"{out.stderr.strip()}; try `make stop`")
+        removed.append(name)
+    return removed
 
 
 def _links(topo: Topology) -> list[tuple[str, str, LinkParams]]:
