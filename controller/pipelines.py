@@ -14,7 +14,8 @@ from controller.l2_paths import L2Paths
 from controller.switch import SwitchError, Update
 from controller.tables.forwarding import ForwardingTables
 from controller.topology import Topology
-from passing.control_surface import control_surface, surface_difference
+from passing import protocol as P
+from passing.control_surface import control_surface, surface_difference, values_per_packet
 from passing.p4info import pipeline_signature
 from passing.pipeline_files import BUILD_DIR, BuildMismatch, committed_p4info, pipeline_files
 
@@ -65,7 +66,18 @@ class Pipelines:
         return control_surface(committed_p4info())
 
     def _difference(self, running: p4info_pb2.P4Info) -> str | None:
-        return surface_difference(self._own_surface, running)
+        """Why the controller cannot drive a preloaded program `running`, or None: its tables
+        and counters, then its K, which must be this process's (PASSING_K), as its agents'."""
+        differs = surface_difference(self._own_surface, running)
+        if differs:
+            return differs
+        k = values_per_packet(running)
+        if k is None:
+            return "it holds no slot_values registers to tell its K by"
+        if k != P.K:
+            return (f"it sums K={k} values per packet, this controller K={P.K}: run the "
+                    f"controller and every agent with PASSING_K={k}")
+        return None
 
     def _refuse_preloaded(self, name: str, state: str) -> ControllerError:
         c = self.connections.conn(name)

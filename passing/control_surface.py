@@ -1,5 +1,6 @@
 """What the controller relies on in a switch's program: the tables it writes and reads and the
-counters it reads and zeroes, each with its keys, actions, parameters, size and unit.
+counters it reads and zeroes, each with its keys, actions, parameters, size and unit; and the
+number of values its packets carry (K), which no table shows.
 
 A switch whose program was loaded by the switch's own tools (Tofino's `bf_switchd`: the
 controller cannot push it) runs a P4Info the controller did not build: other ids, names under
@@ -8,6 +9,8 @@ name by name (the last part of each) and width by width: the same entries mean t
 """
 
 from __future__ import annotations
+
+import re
 
 from p4.config.v1 import p4info_pb2
 
@@ -66,3 +69,28 @@ def surface_difference(mine: dict[str, tuple | None], theirs: p4info_pb2.P4Info)
             what = "keys, actions or size" if kind == "table" else "size or unit"
             return f"its {kind} {name} differs in {what}"
     return None
+
+
+_LANE_PAIR = re.compile(r"slot_values_\d+")  # p4src/tna/slot_values.p4: two 32-bit lanes each
+_LANE_BITS = 32
+
+
+def values_per_packet(info: p4info_pb2.P4Info) -> int | None:
+    """K of the program `info` describes, from the registers that hold a slot's values, or None
+    where it has none of either shape. The v1model program keeps each slot version's K lanes as
+    VALUE_WORDS words of one register (`slot_values`, 2 x SLOT_CAPACITY x VALUE_WORDS entries,
+    beside `slot_state`'s one entry per slot); the TNA program, two lanes per register
+    (`slot_values_0` ...). A switch of another K parses no packet of this one (its length
+    check), so every call would time out: this is how the controller tells it first."""
+    regs = {r.preamble.name.split(".")[-1]: r for r in info.registers}
+    pairs = [n for n in regs if _LANE_PAIR.fullmatch(n)]
+    if pairs:
+        return 2 * len(pairs)
+    values, state = regs.get("slot_values"), regs.get("slot_state")
+    if values is None or state is None or not values.type_spec.HasField("bitstring"):
+        return None
+    width = values.type_spec.bitstring.bit.bitwidth
+    words, rest = divmod(values.size, 2 * state.size)
+    if rest or not words or width % _LANE_BITS:
+        return None
+    return words * width // _LANE_BITS

@@ -18,7 +18,8 @@ from controller.cli import main
 from controller.core import Controller, ControllerError, Endpoint
 from controller.job_plan import JobSpec
 from controller.topology import load
-from passing.control_surface import control_surface, surface_difference
+from passing import protocol as P
+from passing.control_surface import control_surface, surface_difference, values_per_packet
 from passing.pipeline_files import committed_p4info
 from switch_model.p4runtime_server import P4RuntimeService, listen
 from switch_model.pipeline import Pipeline
@@ -117,6 +118,32 @@ def test_a_switch_that_runs_another_program_is_refused_naming_the_difference(loa
                        r"drive \(its table membership differs in keys, actions or size\)"):
         ctl.prepare("s1")
     assert ctl.connections.conn("s1").read_table("job_config") == []
+
+
+def test_a_program_of_another_k_is_refused_naming_the_k_to_run_with(loaded):
+    """Same tables and counters, another K: every packet of this K would fail that program's
+    length check and every call time out. The controller says so before it writes anything."""
+    other_k = 64 if P.K != 64 else 128
+    other = renumbered(committed_p4info(other_k))
+    assert values_per_packet(other) == other_k
+    ctl, _ = loaded(other)
+    assert ctl.switch_status()[0]["pipeline"] == "other"
+    with pytest.raises(ControllerError, match=rf"it sums K={other_k} values per packet, this "
+                       rf"controller K={P.K}: run the controller and every agent with "
+                       rf"PASSING_K={other_k}"):
+        ctl.create_job(JobSpec(7, ("h1", "h2"), window=32))
+    assert ctl.connections.conn("s1").read_table("job_config") == []
+    assert ctl.store.get_job(7) is None
+
+
+def test_k_is_read_from_either_program_s_value_registers():
+    assert values_per_packet(committed_p4info()) == P.K
+    assert [values_per_packet(committed_p4info(k)) for k in P.K_CHOICES] == list(P.K_CHOICES)
+    tna = p4info_pb2.P4Info()
+    for n in range(32):  # p4src/tna/slot_values.p4: 32 registers of two lanes, K = 64
+        tna.registers.add().preamble.name = f"pipe.SwitchIngress.slot_values_{n}"
+    assert values_per_packet(tna) == 64
+    assert values_per_packet(p4info_pb2.P4Info()) is None
 
 
 def test_surface_difference_names_what_is_missing():

@@ -16,7 +16,12 @@ import pytest
 from controller import installer
 from controller.switch import SwitchWriter, Update
 from passing import protocol as P
-from passing.control_surface import CONTROL_COUNTERS, CONTROL_TABLES, control_surface
+from passing.control_surface import (
+    CONTROL_COUNTERS,
+    CONTROL_TABLES,
+    control_surface,
+    values_per_packet,
+)
 from passing.p4info import P4InfoIndex
 from passing.pipeline_files import COMMITTED_P4INFO
 from passing.tna_build import P4INFO_BIN, compile_program, resources
@@ -149,3 +154,5 @@ def test_every_table_the_controller_uses_has_the_same_keys_and_actions(tofino2):
     for name in (*CONTROL_TABLES, *CONTROL_COUNTERS):
         assert theirs[name] is not None and theirs[name] == ours[name], name
     assert not [e for e in tna.p4info.externs if e.extern_type_name == "Counter"]
+    # And its K, which a preloaded switch's controller must share (PASSING_K=64 there).
+    assert values_per_packet(tna.p4info) == 64
