@@ -38,6 +38,11 @@ The rules below are the contract an operator can rely on.
   keeps its slots (the job's agents may still use it) until `release_retiring`. The max_jobs
   rule does not apply (the job is already counted; retiring pools never count as jobs), and a
   job holds at most one retiring pool.
+* Reserve: `reserve` slots (default 0) are kept free for shrinking running jobs. A new pool,
+  and a resize that grows a job's pool, may take only what leaves `reserve` slots free in all;
+  a resize that shrinks it (`shrink=True`) may take any block. The shrunk job's old pool, once
+  retired, gives back more than its new one took. With a reserve, the equal-share promise
+  above holds for requests of at most the share less the reserve.
 * Freeing a pool returns its slots at once; free space next to it merges into one free range.
 * Pools never overlap and always lie in [0, capacity).
 
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from controller import allocator_text as text
 from controller.slot_range import SlotRange
 
 
@@ -63,7 +69,7 @@ class SlotAllocator:
     def __init__(self, switch: str, capacity: int, max_jobs: int = 8,
                  allocations: Mapping[int, SlotRange] | None = None,
                  retiring: Mapping[int, SlotRange] | None = None,
-                 shares: int | None = None) -> None:
+                 shares: int | None = None, reserve: int = 0) -> None:
         if capacity < 1:
             raise ValueError(f"switch {switch}: capacity must be at least 1, got {capacity}")
         if max_jobs < 1:
@@ -75,10 +81,14 @@ class SlotAllocator:
         if capacity < max_jobs:
             raise ValueError(f"switch {switch}: {capacity} slots cannot give each of {max_jobs} "
                              "jobs even one slot")
+        if not 0 <= reserve <= capacity // shares:
+            raise ValueError(f"switch {switch}: reserve must be 0..{capacity // shares} (one "
+                             f"share), got {reserve}")
         self.switch = switch
         self.capacity = capacity
         self.max_jobs = max_jobs
         self.shares = shares
+        self.reserve = reserve
         self._pools: dict[int, SlotRange] = {}
         self._retiring: dict[int, SlotRange] = {}
         # Restored pools are what the switch holds right now, so they are accepted even where they
@@ -122,11 +132,13 @@ class SlotAllocator:
         self._pools[job_id] = self._place(who, want, minimum)
         return self._pools[job_id]
 
-    def resize(self, job_id: int, want: int, minimum: int | None = None) -> SlotRange:
+    def resize(self, job_id: int, want: int, minimum: int | None = None,
+               shrink: bool = False) -> SlotRange:
         """Give `job_id`, which holds a pool, a new pool of `want` slots (or at least `minimum`)
         disjoint from its current one, which becomes its retiring pool; refused, with nothing
         changed, when the job holds no pool, already has a retiring one, or the new one does
-        not fit (the module's rules, but for max_jobs)."""
+        not fit (the module's rules, but for max_jobs). shrink: a smaller pool than the
+        current one, which may take the reserve."""
         who = f"switch {self.switch}: job {job_id}"
         if job_id not in self._pools:
             raise AllocationError(f"{who} holds no pool to resize")
@@ -135,7 +147,10 @@ class SlotAllocator:
                                   "it must be released before another resize")
         _check_request(who, want, minimum)
         # The current pool stays held while the new one is placed: both are in use for a while.
-        new = self._place(who, want, minimum, job_id)
+        if shrink and want >= self._pools[job_id].size:
+            raise AllocationError(f"{who}: a shrink needs fewer than its {self._pools[job_id].size}"
+                                  f" slots, not {want}")
+        new = self._place(who, want, minimum, job_id, shrink)
         self._retiring[job_id] = self._pools[job_id]
         self._pools[job_id] = new
         return new
@@ -153,22 +168,23 @@ class SlotAllocator:
         return dict(sorted(self._retiring.items(), key=lambda item: item[1]))
 
     def _place(self, who: str, want: int, minimum: int | None,
-               resizing: int | None = None) -> SlotRange:
+               resizing: int | None = None, shrink: bool = False) -> SlotRange:
         """Where a pool of `want` slots (or at least `minimum`) goes now, by the share, segment,
         first-fit and shortage rules; the request itself is valid."""
         share = self.fair_share()
         asked = want
         if want > share:
-            basis = self._basis()
+            basis = text.basis(self)
             if minimum is None:
+                hint = text.ask_for_less(self, resizing, shrink)
                 raise AllocationError(f"{who} asked for {want} slots, more than the equal share "
-                                      f"of {share} ({basis}); {self._ask_for_less(resizing)}")
+                                      f"of {share} ({basis}); {hint}")
             if minimum > share:
                 raise AllocationError(f"{who} needs at least {minimum} slots, more than the "
                                       f"equal share of {share} ({basis})")
             want = share
 
-        blocks = self._blocks()
+        blocks = self._blocks(shrink)
         fit = next((block for block in blocks if block.size >= want), None)
         if fit is not None:
             return SlotRange(fit.base, want)
@@ -178,7 +194,7 @@ class SlotAllocator:
             need = f"{want} contiguous slots"
             if minimum is not None:
                 need = f"at least {minimum} contiguous slots (asked for {asked})"
-            raise AllocationError(f"{who} needs {need}; {self._describe_free()}")
+            raise AllocationError(f"{who} needs {need}; {text.describe_free(self, shrink)}")
         return largest  # smaller than want, since no block holds want
 
     def free(self, job_id: int) -> SlotRange:
@@ -211,80 +227,48 @@ class SlotAllocator:
         """Size of the largest free range (0 when full). A pool may get less: see _blocks."""
         return max((r.size for r in self.free_ranges()), default=0)
 
-    def largest_grant(self, resizing: int | None = None) -> int:
+    def largest_grant(self, resizing: int | None = None, shrink: bool = False) -> int:
         """The most slots a new job can get here now (0: none): the largest free block within
-        one share segment, unless max_jobs jobs already hold pools. resizing: a job id; what a
-        `resize` of that job can get instead (0 where it may not resize)."""
+        one share segment, unless max_jobs jobs already hold pools, less the reserve.
+        resizing: a job id; what a `resize` of that job can get instead (0 where it may not
+        resize); shrink: what its shrink can get (the reserve too)."""
         if resizing is not None:
             if resizing not in self._pools or resizing in self._retiring:
                 return 0
         elif len(self._pools) >= self.max_jobs:
             return 0
-        return max((block.size for block in self._blocks()), default=0)
+        return self.usable_block(shrink)
 
-    def grant_limit(self, resizing: int | None = None) -> str:
-        """Why largest_grant(resizing) is what it is, for an operator: free ranges, retiring
-        pools (they free themselves) and the rule that bounds it."""
-        grant, share = self.largest_grant(resizing), self.fair_share()
-        largest = self.largest_free()
-        free = ", ".join(str(r) for r in self.free_ranges()) or "none"
-        if self._retiring:
-            free += " (retiring, freed once their jobs' hosts all use their new pools: " + \
-                ", ".join(f"job {j} {r}" for j, r in self.retiring().items()) + ")"
-        if resizing is not None and resizing in self._retiring:
-            why = f"job {resizing} still has a retiring pool here"
-        elif resizing is not None and resizing not in self._pools:
-            why = f"job {resizing} holds no pool here"
-        elif resizing is None and len(self._pools) >= self.max_jobs:
-            why = (f"no more jobs: {len(self._pools)} hold pools, the most it admits "
-                   f"(max_jobs {self.max_jobs})")
-        elif largest == 0:
-            why = "no free slot"
-        elif grant == share:
-            why = f"at most {grant}, the equal share ({self._basis()})"
-        elif grant < largest:
-            why = (f"at most {grant}: its largest free range holds {largest}, but a pool may not "
-                   f"cross a {share}-slot share segment")
-        else:
-            why = f"at most {grant}, its largest free range"
-        return f"free {free}; {why}"
+    def usable_block(self, shrink: bool = False) -> int:
+        """The largest block one pool may take now (max_jobs aside): within a share segment,
+        and leaving the reserve free unless for a shrink."""
+        return max((block.size for block in self._blocks(shrink)), default=0)
 
-    def _basis(self) -> str:
-        return f"{self.capacity} slots / {self.shares} shares"
-
-    def _ask_for_less(self, resizing: int | None = None) -> str:
-        grant = self.largest_grant(resizing)
-        if grant == self.fair_share():
-            return f"ask for at most {grant}, or give a minimum to accept the share"
-        if grant:
-            return (f"ask for at most {grant}, or give a minimum of at most {grant} to accept "
-                    f"{grant} ({self.grant_limit(resizing)})")
-        return f"no pool fits here now ({self.grant_limit(resizing)})"
+    def grant_limit(self, resizing: int | None = None, shrink: bool = False) -> str:
+        """Why largest_grant(resizing, shrink) is what it is, for an operator
+        (controller.allocator_text)."""
+        return text.grant_limit(self, resizing, shrink)
 
     def used(self) -> int:
         """Slots held by pools and retiring pools."""
         return sum(pool.size for _, pool in self._held())
 
-    def _blocks(self) -> list[SlotRange]:
-        """The free ranges cut at share-segment boundaries: where a new pool may go, by base."""
+    def _blocks(self, shrink: bool = False) -> list[SlotRange]:
+        """The free ranges cut at share-segment boundaries: where a new pool may go, by base;
+        each at most what leaves the reserve free, unless for a shrink."""
         share = self.fair_share()
+        limit = self.capacity if shrink else \
+            sum(r.size for r in self.free_ranges()) - self.reserve
         blocks = []
         for free in self.free_ranges():
             base = free.base
             while base < free.end:
                 stop = min(free.end, (base // share + 1) * share)
-                blocks.append(SlotRange(base, stop - base))
+                if min(stop - base, limit) > 0:
+                    blocks.append(SlotRange(base, min(stop - base, limit)))
                 base = stop
         return blocks
 
-    def _describe_free(self) -> str:
-        free = self.free_ranges()
-        text = f"free: {', '.join(str(r) for r in free) or 'none'}; largest {self.largest_free()}"
-        usable = max((block.size for block in self._blocks()), default=0)
-        if usable < self.largest_free():
-            text += (f", of which at most {usable} lie within one {self.fair_share()}-slot share "
-                     "segment, which a pool may not cross")
-        return text
 
 
 def _check_request(who: str, want: int, minimum: int | None) -> None:

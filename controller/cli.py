@@ -64,7 +64,12 @@ def load_controller(args) -> Controller:
             raise ControllerError(f"{cfg_path}: switches.{name} needs \"address\" and an "
                                   "integer \"device_id\"") from None
     max_jobs, shares = _job_limits(cfg, cfg_path)
+    reserve = cfg.get("reserve", 0)
+    if isinstance(reserve, bool) or not isinstance(reserve, int):
+        raise ControllerError(f"{cfg_path}: reserve must be an integer number of slots, not "
+                              f"{reserve!r}")
     return Controller(topo, endpoints, base / cfg["state"], max_jobs=max_jobs, shares=shares,
+                      reserve=reserve,
                       connect_timeout=args.timeout, retries=args.retries,
                       dump_dir=Path(args.dump_p4runtime) if args.dump_p4runtime else None)
 

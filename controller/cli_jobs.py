@@ -34,17 +34,21 @@ def _waiting_text(spec: JobSpec) -> str:
 
 
 
-def _placed(ctl: Controller) -> list[dict]:
+def _placed(ctl: Controller, jobs: list | None = None) -> list[dict]:
     return [{"job_id": r.job_id, "window": r.pools[0].size, "pool_epoch": r.pool_epoch}
-            for r in ctl.placed]
+            for r in (ctl.placed if jobs is None else jobs)]
 
 
 
 def _placed_text(ctl: Controller) -> str:
-    """The waiting jobs this call moved onto their switches."""
+    """The waiting jobs this call moved onto their switches, and the running jobs it shrank
+    for them."""
     return "".join(f"\njob {r.job_id} moved onto its switches: window {r.pools[0].size} (pool "
                    f"epoch {r.pool_epoch}); its agents leave the host collective at a call "
-                   "boundary" for r in ctl.placed)
+                   "boundary" for r in ctl.placed) + \
+        "".join(f"\njob {r.job_id} shrunk to a window of {r.pools[0].size} (pool epoch "
+                f"{r.pool_epoch}) to make room for jobs waiting for slots; its old pool is "
+                "freed once its hosts have moved" for r in ctl.shrunk)
 
 
 
@@ -111,7 +115,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         params = ctl.agent_params(rec.job_id).to_dict()
         _write_params(args.params_out, params)
         res = {"job_id": rec.job_id, "pools": _pools(rec), "waiting": rec.waiting,
-               "placed": _placed(ctl), "agent_params": params}
+               "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk),
+               "agent_params": params}
         head = (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
                 f"agent ports {_agent_ports(ctl, rec)}")
         if rec.waiting:
@@ -143,7 +148,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}"
                           for p in (*rec.pools, *rec.retiring) if p.size)
         return {"job_id": rec.job_id, "freed": _pools(rec) + _retiring(rec),
-                "placed": _placed(ctl)}, \
+                "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk)}, \
             f"job {rec.job_id} deleted; slots freed: {freed or 'none'}" + _placed_text(ctl)
     if args.job_cmd == "list":
         rows = [{"job": r.job_id, "mode": r.spec.get("mode", "passing"),

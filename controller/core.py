@@ -50,7 +50,7 @@ DEFAULT_SHARES = 8
 class Controller:
     def __init__(self, topo: Topology, endpoints: dict[str, Endpoint], state: str | Path,
                  build_dir: Path = BUILD_DIR, max_jobs: int = DEFAULT_MAX_JOBS,
-                 shares: int | None = None,
+                 shares: int | None = None, reserve: int = 0,
                  election_id: tuple[int, int] = (0, 10), connect_timeout: float = 5.0,
                  retries: int = 3, dump_dir: Path | None = None,
                  sleep: Callable[[float], None] = time.sleep):
@@ -61,13 +61,14 @@ class Controller:
         self.store = JobStore(state)
         # Each setting is kept by the one piece that uses it, so that it has one place:
         # connections (endpoints, election id, timeouts, retries, dump_dir), pipelines
-        # (build_dir), the recorded jobs (max_jobs, shares).
+        # (build_dir), the recorded jobs (max_jobs, shares, reserve).
         self.connections = SwitchConnections(endpoints, election_id, connect_timeout, retries,
                                              dump_dir, sleep)
         self.pipelines = Pipelines(topo, self.connections, build_dir)
         ports = AgentPorts(topo, self.store)
         self._jobs = RecordedJobs(topo, self.store, max_jobs,
-                                  min(max_jobs, DEFAULT_SHARES) if shares is None else shares)
+                                  min(max_jobs, DEFAULT_SHARES) if shares is None else shares,
+                                  reserve)
         self._retirement = PoolRetirement(self._jobs, self.connections)
         self._resizer = PoolResizer(self._jobs, self.connections, self._retirement)
         self._lifecycle = JobLifecycle(self._jobs, ports, self.connections, self.pipelines,
@@ -76,8 +77,10 @@ class Controller:
         self._stats = JobStats(self._jobs, self.connections, self._retirement)
         self._reconciler = Reconciler(self._jobs, ports, self.connections, self.pipelines)
         self._waiting = WaitingJobs(self._jobs, self._resizer, self._retirement)
-        # The waiting jobs the last call moved onto their switches (controller.waiting).
+        # The waiting jobs the last call moved onto their switches, and the running jobs it
+        # shrank to make room for them (controller.waiting).
         self.placed: list[JobRecord] = []
+        self.shrunk: list[JobRecord] = []
 
     # -- connections ----------------------------------------------------------------------------
     def disconnect(self) -> None:
@@ -122,7 +125,10 @@ class Controller:
         job that does not fit now is created waiting for slots (JobRecord.waiting), unless
         spec.fallback is False; jobs that waited before it are placed first."""
         self.place_waiting()
-        return self._lifecycle.create_job(spec)
+        rec = self._lifecycle.create_job(spec)
+        if rec.waiting:
+            self.shrunk = self.shrunk + self._waiting.make_room()
+        return rec
 
     def set_quorum(self, job_id: int, quorum: tuple[int, ...]) -> JobRecord:
         """Change a job's quorum while it runs (PolicyChanges.set_quorum)."""
@@ -152,8 +158,11 @@ class Controller:
 
     def place_waiting(self) -> list[JobRecord]:
         """Give pools to the jobs waiting for slots that fit now, oldest first (WaitingJobs);
-        the jobs placed, also kept in `placed`. Every call here that may free slots does it."""
+        the jobs placed, also kept in `placed`. Every call here that may free slots does it.
+        Then running jobs are shrunk for those still waiting (WaitingJobs.make_room; the
+        jobs shrunk kept in `shrunk`)."""
         self.placed = self._waiting.place()
+        self.shrunk = self._waiting.make_room()
         return self.placed
 
     def waiting_jobs(self) -> list[JobRecord]:

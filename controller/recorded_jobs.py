@@ -16,14 +16,20 @@ from passing import protocol as P
 
 class RecordedJobs:
     """The jobs recorded in `store`, on the switches of `topo`, each switch admitting at most
-    `max_jobs` of them, its slots cut into `shares` equal shares (default: max_jobs)."""
+    `max_jobs` of them, its slots cut into `shares` equal shares (default: max_jobs), `reserve`
+    of them kept free for shrinking running jobs (controller.allocator)."""
 
     def __init__(self, topo: Topology, store: JobStore, max_jobs: int,
-                 shares: int | None = None) -> None:
+                 shares: int | None = None, reserve: int = 0) -> None:
+        most = P.SLOT_CAPACITY // (shares or max_jobs)
+        if not 0 <= reserve <= most:
+            raise ControllerError(f"reserve must be 0 to {most} slots (one share of a switch's "
+                                  f"{P.SLOT_CAPACITY}), not {reserve}")
         self.topo = topo
         self.store = store
         self.max_jobs = max_jobs
         self.shares = shares
+        self.reserve = reserve
 
     def job(self, job_id: int) -> JobRecord:
         """The job; an unknown one is refused naming the jobs there are."""
@@ -40,7 +46,7 @@ class RecordedJobs:
                                   for jid, p in self.store.pools_on(s).items() if p.size},
                                  {jid: SlotRange(r.base, r.size)
                                   for jid, r in self.store.retiring_on(s).items()},
-                                 self.shares)
+                                 self.shares, self.reserve)
                 for s in switches}
 
     def desired(self, job_plan: JobPlan, rec: JobRecord, pool: PoolRecord,

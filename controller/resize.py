@@ -90,9 +90,14 @@ class PoolResizer:
         # A job waiting for slots holds none: its first pools are allocated as a new job's
         # (max_jobs counts), with nothing to retire.
         waiting = rec.waiting
+        # A shrink may take the slots kept free for shrinks (allocator's reserve): its old
+        # pool, once retired, gives back more.
+        shrink = not waiting and all(window < p.size for p in rec.pools)
         try:
-            size = common_window(job_id, window, min_window, allocs, resize=not waiting)
-            ranges = {s: (allocs[s].allocate if waiting else allocs[s].resize)(job_id, size)
+            size = common_window(job_id, window, min_window, allocs, resize=not waiting,
+                                 shrink=shrink)
+            ranges = {s: allocs[s].allocate(job_id, size) if waiting
+                      else allocs[s].resize(job_id, size, shrink=shrink)
                       for s in job_plan.switches}
         except AllocationError as e:
             raise ControllerError(str(e)) from None

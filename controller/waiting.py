@@ -10,10 +10,18 @@ agree on (docs/controller.md, "Jobs waiting for slots"). Nothing runs in the bac
 controller places waiting jobs whenever a call may have freed slots or asks about jobs
 (create, delete, resize, retire, reconcile), oldest job first; one that does not fit yet
 does not hold back a younger one that does.
+
+A waiting job also makes room (`make_room`): on each switch where it finds too few slots, the
+running job with the largest pool above the fair share there, among those that accept less
+(a --min-window), is shrunk by a live resize to that share (at least its --min-window). Its new
+pool may take the slots kept free for shrinks (the allocator's reserve); its old, larger pool
+retires once its hosts have moved, and then the waiting job fits. One shrink at a time per
+switch: none where a pool still retires.
 """
 
 from __future__ import annotations
 
+from controller.allocator import SlotAllocator
 from controller.errors import ControllerError
 from controller.job_plan import JobSpec
 from controller.recorded_jobs import RecordedJobs
@@ -58,3 +66,51 @@ class WaitingJobs:
             except ControllerError:
                 continue  # a switch failed, or another controller took the slots meanwhile
         return placed
+
+    def make_room(self) -> list[JobRecord]:
+        """Shrink running jobs for the waiting ones that do not fit (the module's rules); the
+        jobs shrunk, as now recorded. A shrink a switch refuses is left for the next call."""
+        waiting = self.waiting()
+        shrunk: list[JobRecord] = []
+        busy: set[str] = set()  # one shrink at a time per switch
+        for rec in waiting:
+            spec = JobSpec.from_dict(rec.spec)
+            need = spec.min_window or spec.window
+            allocs = self.jobs.allocators([p.switch for p in rec.pools])
+            for name, alloc in allocs.items():
+                if name in busy or alloc.largest_grant() >= need:
+                    continue
+                busy.add(name)
+                if alloc.retiring() or len(alloc.allocations()) >= alloc.max_jobs:
+                    continue  # slots are on their way back, or the count of jobs is full
+                wanting = sum(1 for r in waiting if any(p.switch == name for p in r.pools))
+                victim = self._victim(alloc, need, len(alloc.allocations()) + wanting)
+                if victim is None:
+                    continue
+                job_id, window, minimum = victim
+                try:
+                    shrunk.append(self.resizer.resize_job(job_id, window, minimum))
+                except ControllerError:
+                    continue  # its other switches have no block for it now
+        return shrunk
+
+    def _victim(self, alloc: SlotAllocator, need: int,
+                jobs_here: int) -> tuple[int, int, int] | None:
+        """(job, window, min_window) of the shrink that makes room on `alloc`'s switch for a
+        waiting job of `need` slots among `jobs_here` jobs, or None: the largest pool above
+        the fair share there whose job accepts less; ties go to the youngest job."""
+        share = max(1, (alloc.capacity - alloc.reserve) // jobs_here)
+        best = None
+        for job_id, pool in alloc.allocations().items():
+            rec = self.jobs.job(job_id)
+            minimum = JobSpec.from_dict(rec.spec).min_window
+            if minimum is None or rec.retiring or rec.installing:
+                continue
+            window = max(minimum, share)
+            # Its pool, once retired, must hold the waiting job: it frees as one block.
+            if window >= pool.size or pool.size < need:
+                continue
+            key = (pool.size, rec.created_at, job_id)
+            if best is None or key > best[0]:
+                best = (key, (job_id, window, minimum))
+        return best[1] if best else None

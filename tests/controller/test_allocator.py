@@ -4,7 +4,7 @@ test against a slot-by-slot model."""
 import itertools
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -572,3 +572,52 @@ class AllocatorMachine(RuleBasedStateMachine):
 AllocatorMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40,
                                               deadline=None)
 TestAllocatorProperties = AllocatorMachine.TestCase
+
+
+def test_the_reserve_is_left_free_by_new_pools_and_taken_only_by_a_shrink():
+    a = SlotAllocator("tor1", 64, max_jobs=8, shares=4, reserve=8)  # share 16
+    for job in (1, 2, 3):
+        a.allocate(job, 16)
+    assert a.largest_grant() == 8  # 16 free, 8 of them the reserve
+    with pytest.raises(AllocationError, match=r"at least 12 contiguous slots .*at most 8 may "
+                                              r"go to one pool: 8 are kept for shrinking"):
+        a.allocate(4, 16, minimum=12)
+    assert a.allocate(4, 16, minimum=4) == SlotRange(48, 8)
+    assert a.largest_grant() == 0 and a.largest_grant(resizing=1) == 0 and a.free_ranges() == \
+        [SlotRange(56, 8)]
+    with pytest.raises(AllocationError, match=r"at most 0 may go to one pool: 8 are kept"):
+        a.resize(2, 4)  # not marked a shrink: the reserve is not its
+    assert a.largest_grant(resizing=2, shrink=True) == 8
+    assert a.resize(2, 8, shrink=True) == SlotRange(56, 8)
+    assert a.retiring() == {2: SlotRange(16, 16)} and a.free_ranges() == []
+    a.release_retiring(2)
+    assert a.largest_grant() == 8  # 16 free again: 8 for a pool, 8 the reserve
+
+
+def test_a_shrink_must_shrink_and_the_reserve_is_at_most_one_share():
+    a = SlotAllocator("tor1", 64, max_jobs=4, reserve=8)
+    a.allocate(1, 8)
+    with pytest.raises(AllocationError, match="a shrink needs fewer than its 8 slots, not 8"):
+        a.resize(1, 8, shrink=True)
+    with pytest.raises(ValueError, match=r"reserve must be 0\.\.16 \(one share\), got 17"):
+        SlotAllocator("tor1", 64, max_jobs=4, reserve=17)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["allocate", "resize", "free"]),
+                          st.integers(1, 6), st.integers(1, 20)), max_size=30),
+       st.integers(0, 16))
+def test_no_pool_but_a_shrink_s_ever_takes_the_reserve(ops, reserve):
+    a = SlotAllocator("tor1", 64, max_jobs=6, shares=4, reserve=reserve)
+    for op, job, size in ops:
+        try:
+            if op == "allocate":
+                a.allocate(job, size, minimum=1)
+            elif op == "resize":
+                a.resize(job, size, minimum=1)
+                a.release_retiring(job)
+            else:
+                a.free(job)
+        except AllocationError:
+            continue
+        assert sum(r.size for r in a.free_ranges()) >= reserve, (op, job, size)
