@@ -80,14 +80,15 @@ class WaitingJobs:
             for name, alloc in allocs.items():
                 if name in busy or alloc.largest_grant() >= need:
                     continue
-                busy.add(name)
                 if alloc.retiring() or len(alloc.allocations()) >= alloc.max_jobs:
-                    continue  # slots are on their way back, or the count of jobs is full
+                    busy.add(name)  # slots are on their way back, or the count of jobs is full
+                    continue
                 wanting = sum(1 for r in waiting if any(p.switch == name for p in r.pools))
                 victim = self._victim(alloc, need, len(alloc.allocations()) + wanting)
                 if victim is None:
                     continue
                 job_id, window, minimum = victim
+                busy.add(name)
                 try:
                     shrunk.append(self.resizer.resize_job(job_id, window, minimum))
                 except ControllerError:
@@ -107,8 +108,9 @@ class WaitingJobs:
             if minimum is None or rec.retiring or rec.installing:
                 continue
             window = max(minimum, share)
-            # Its pool, once retired, must hold the waiting job: it frees as one block.
-            if window >= pool.size or pool.size < need:
+            # What its old pool frees, less what its new one takes (from free slots or the
+            # reserve), must hold the waiting job: then it fits once the old pool retires.
+            if pool.size - window < need:
                 continue
             key = (pool.size, rec.created_at, job_id)
             if best is None or key > best[0]:

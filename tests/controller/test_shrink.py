@@ -62,10 +62,17 @@ def test_a_job_that_accepts_less_is_shrunk_and_its_old_pool_goes_to_the_waiting_
     clean(ctl)
 
 
-def test_no_job_is_shrunk_that_asked_for_an_exact_window_or_holds_its_minimum(make_control):
+@pytest.mark.parametrize("first, second", [
+    (JobSpec(1, ("h1",), window=2048), JobSpec(2, ("h1",), window=1536, min_window=1536)),
+    # Shrunk to its minimum, job 1 would free 248 slots net: too few for job 3's 512.
+    (JobSpec(1, ("h1",), window=2048, min_window=1800), JobSpec(2, ("h1",), window=1536)),
+])
+def test_no_job_is_shrunk_below_its_minimum_or_for_too_little(make_control, first, second):
+    """Not a job that asked for an exact window, nor one at its minimum, nor one whose shrink
+    would not free what the waiting job needs."""
     ctl, _ = make_control("star", **STAR)
-    ctl.create_job(JobSpec(1, ("h1",), window=2048))
-    ctl.create_job(JobSpec(2, ("h1",), window=1536, min_window=1536))
+    ctl.create_job(first)
+    ctl.create_job(second)
     assert ctl.create_job(JobSpec(3, ("h2",), window=1024, min_window=512)).waiting
     assert ctl.shrunk == []
     assert [ctl.job(j).pool_epoch for j in (1, 2)] == [0, 0]
