@@ -78,14 +78,16 @@ def table_sizes() -> dict[str, int]:
 
 
 def run(layout: FabricLayout, jobs: list[ScaleJob], out: Path, window: int, min_window: int,
-        max_jobs: int | None, cli_samples: int, shares: int | None = None) -> dict:
-    """max_jobs, shares: the controller configuration's (None: its defaults)."""
+        max_jobs: int | None, cli_samples: int, shares: int | None = None,
+        reserve: int | None = None) -> dict:
+    """max_jobs, shares, reserve: the controller configuration's (None: its defaults)."""
     topo_file = out / "fabric.json"  # written by write_fabric
     topo = load(topo_file)
     ports = {s.name: GRPC_BASE + s.index for s in topo.switches.values()}
     cfg = out / "controller.json"
     (out / "controller.sqlite").unlink(missing_ok=True)
-    limits = {k: v for k, v in (("max_jobs", max_jobs), ("shares", shares)) if v is not None}
+    limits = {k: v for k, v in (("max_jobs", max_jobs), ("shares", shares),
+                                ("reserve", reserve)) if v is not None}
     cfg.write_text(json.dumps({
         "topology": topo_file.name, "state": "controller.sqlite", **limits,
         "switches": {n: {"address": f"127.0.0.1:{p}", "device_id": topo.switches[n].index}
@@ -98,19 +100,22 @@ def run(layout: FabricLayout, jobs: list[ScaleJob], out: Path, window: int, min_
         ctl = load_controller(_args(cfg, "job", "list"))
         a = next(iter(ctl.slots().values()))
         res["max_jobs"], res["shares"], res["share"] = a.max_jobs, a.shares, a.fair_share()
+        res["reserve"] = a.reserve
         try:
             res["prepare_s"], _ = _timed(ctl, cfg, "prepare")
-            creates, refused = [], {}
+            creates, refused, shrunk = [], {}, []
             for job in jobs:
                 t0 = time.perf_counter()
                 try:
                     run_with(ctl, _args(cfg, *_create_argv(job, window, min_window)))
                     creates.append(time.perf_counter() - t0)
+                    shrunk += [(r.job_id, r.pools[0].size) for r in ctl.shrunk]
                 except ControllerError as e:
                     refused[job.job_id] = {"hosts": len(job.hosts), "racks": job.racks,
                                            "why": str(e)}
             res["create"] = _summary(creates)
             res["refused"] = refused
+            res["shrunk"] = shrunk
             res["waiting"] = [r.job_id for r in ctl.waiting_jobs()]
             res["list_s"], listed = _timed(ctl, cfg, "job", "list")
             res["listed"] = len(listed)
@@ -183,7 +188,7 @@ def report(res: dict) -> str:
     c, cli = res["create"], res["cli_create"]
     lines = [f"{res['fabric']}: {res['hosts']} hosts, {res['switches']} switch processes "
              f"(started in {res['switch_start_s']:.1f} s), max_jobs {res['max_jobs']}, "
-             f"shares {res.get('shares', res['max_jobs'])}",
+             f"shares {res.get('shares', res['max_jobs'])}, reserve {res.get('reserve', 0)}",
              f"prepare: {res['prepare_s']:.2f} s",
              f"job create: {c['n']} of {res['jobs_asked']} created, median "
              f"{c.get('median_s', 0):.3f} s, slowest {c.get('max_s', 0):.3f} s, all "
@@ -207,6 +212,10 @@ def report(res: dict) -> str:
     for kind, by_size in reasons.items():
         sizes = ", ".join(f"{n} of {h} hosts" for h, n in sorted(by_size.items()))
         lines.append(f"  refused, {kind}: {sum(by_size.values())} ({sizes})")
+    if res.get("shrunk"):
+        lines.append(f"  running jobs shrunk for waiting ones during the creates: "
+                     f"{len(res['shrunk'])} (" + ", ".join(f"job {j} to {w}"
+                                                            for j, w in res["shrunk"]) + ")")
     for m in res.get("moved", []):
         lines.append(f"  waiting job {m['job']} moved onto its switches (window {m['window']}) "
                      f"by the delete of the {_nth(m['deletes'])} job sharing one of its "
@@ -235,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                    "default: its default)")
     p.add_argument("--shares", type=int, help="equal shares of a switch's slots (the "
                    "controller's shares; default: its default)")
+    p.add_argument("--reserve", type=int, help="slots per switch kept for shrinking running "
+                   "jobs (the controller's reserve; default: its default, 0)")
     p.add_argument("--cli-samples", type=int, default=3,
                    help="jobs re-created by passing-ctl as separate processes")
     p.add_argument("--seed", type=int, default=1)
@@ -242,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     layout = FabricLayout(a.racks, a.hosts_per_rack, a.gpus, a.spines)
     jobs = place(write_fabric(layout, a.out), a.jobs, a.seed, a.smallest, a.largest)
-    res = run(layout, jobs, a.out, a.window, a.min_window, a.max_jobs, a.cli_samples, a.shares)
+    res = run(layout, jobs, a.out, a.window, a.min_window, a.max_jobs, a.cli_samples, a.shares,
+              a.reserve)
     print(report(res))
     return 0 if res["switches_alive"] else 1
 
