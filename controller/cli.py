@@ -22,7 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
-from controller.cli_jobs import run_job, table
+from controller.cli_jobs import placed_text, run_job, table
 from controller.cli_parser import build_parser as build_parser
 from controller.core import (
     DEFAULT_MAX_JOBS,
@@ -165,6 +165,7 @@ def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
     res = {jid: ctl.stats(jid, unread) for jid in ids}
     if not res:
         return res, "no jobs"
+    ctl.place_waiting()  # reading the counters may have retired old pools: slots to give
     rows = [{"job": jid, "switch": sw, **counts}
             for jid, per in res.items() for sw, counts in per.items()]
     cols = ["job", "switch", "job_contributions", "job_duplicates", "job_results",
@@ -189,7 +190,7 @@ def stats(ctl: Controller, job_id: int | None) -> tuple[object, str]:
                   + table(switch_rows, list(switch_rows[0]))]
     if unread:  # filled by ctl.stats: the same switches and reasons as the rows' "error"
         parts.append("not read:\n" + "\n".join(f"  {sw}: {why}" for sw, why in unread.items()))
-    return res, "\n\n".join(parts)
+    return res, "\n\n".join(parts) + placed_text(ctl)
 
 
 def _unread(stats_result: dict) -> dict[str, str]:

@@ -40,7 +40,7 @@ def _placed(ctl: Controller, jobs: list | None = None) -> list[dict]:
 
 
 
-def _placed_text(ctl: Controller) -> str:
+def placed_text(ctl: Controller) -> str:
     """The waiting jobs this call moved onto their switches, and the running jobs it shrank
     for them."""
     return "".join(f"\njob {r.job_id} moved onto its switches: window {r.pools[0].size} (pool "
@@ -121,9 +121,9 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                 f"agent ports {_agent_ports(ctl, rec)}")
         if rec.waiting:
             return res, (f"{head}, WAITING for slots: {_waiting_text(spec)}"
-                         + _placed_text(ctl))
+                         + placed_text(ctl))
         return res, (f"{head}:\n" + table(_pools(rec), ["switch", "slots", "size", "fan_in",
-                                                         "role"]) + _placed_text(ctl))
+                                                         "role"]) + placed_text(ctl))
     if args.job_cmd == "set":
         rec = ctl.set_policy(args.job_id, quorum=args.quorum, patience=args.patience,
                              staleness=args.staleness)
@@ -149,7 +149,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                           for p in (*rec.pools, *rec.retiring) if p.size)
         return {"job_id": rec.job_id, "freed": _pools(rec) + _retiring(rec),
                 "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk)}, \
-            f"job {rec.job_id} deleted; slots freed: {freed or 'none'}" + _placed_text(ctl)
+            f"job {rec.job_id} deleted; slots freed: {freed or 'none'}" + placed_text(ctl)
     if args.job_cmd == "list":
         rows = [{"job": r.job_id, "mode": r.spec.get("mode", "passing"),
                  "hosts": ",".join(r.spec["hosts"]),
@@ -171,7 +171,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         res = {"job_id": rec.job_id, "spec": rec.spec, "pools": _pools(rec),
                "waiting": rec.waiting, "pool_epoch": rec.pool_epoch,
                "installing": rec.installing,
-               "retiring": _retiring(rec), "move": move, "agent_params": params}
+               "retiring": _retiring(rec), "move": move, "agent_params": params,
+               "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk)}
         if error is not None:
             res["move_error"] = error
         where = (f"WAITING for slots: {_waiting_text(JobSpec.from_dict(rec.spec))}"
@@ -180,7 +181,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                      f"{_agent_ports(ctl, rec)}, {where}\n"
                      + table(_pools(rec), ["switch", "slots", "size", "fan_in", "role",
                                             "generation"])
-                     + "\n\nagent parameters:\n" + json.dumps(params, indent=2))
+                     + "\n\nagent parameters:\n" + json.dumps(params, indent=2)
+                     + placed_text(ctl))
     raise AssertionError(args.job_cmd)
 
 

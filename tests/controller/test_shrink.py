@@ -100,8 +100,8 @@ def test_the_reserve_is_never_given_to_a_new_job_or_a_growing_one(make_control):
     assert ctl.create_job(JobSpec(4, ("h3",), window=1536)).pools[0].size == 1536
 
 
-def test_the_cli_says_which_job_was_shrunk_and_the_reserve_is_checked(make_control, capsys,
-                                                                       tmp_path):
+def test_the_cli_says_which_job_was_shrunk_and_when_the_waiting_one_moved(
+        make_control, capsys, tmp_path, monkeypatch):
     ctl, _ = make_control("star", **STAR)
     fill(ctl)
     code, out, err = cli(ctl, capsys, "job", "create", "3", "--hosts", "h2", "--window", "1024",
@@ -109,6 +109,16 @@ def test_the_cli_says_which_job_was_shrunk_and_the_reserve_is_checked(make_contr
     assert code == 0 and not err and "WAITING for slots" in out
     assert ("job 1 shrunk to a window of 512 (pool epoch 1) to make room for jobs waiting for "
             "slots; its old pool is freed once its hosts have moved") in out
+    code, out, _ = cli(ctl, capsys, "stats")
+    assert code == 0 and "shrunk" not in out and "moved onto" not in out  # nothing new
+    # `stats` reads that job 1's hosts all count in the new pool: the old one retires and
+    # job 3 moves onto s1 in that same command, which says so.
+    all_moved(monkeypatch)
+    code, out, _ = cli(ctl, capsys, "stats")
+    assert code == 0 and "job 3 moved onto its switches: window 1024 (pool epoch 1)" in out
+    code, out, _ = cli(ctl, capsys, "job", "show", "3", "--json")
+    shown = json.loads(out)
+    assert not shown["waiting"] and shown["placed"] == [] and shown["shrunk"] == []
     with pytest.raises(ControllerError, match=r"reserve must be 0 to 2048 slots"):
         make_control("star", state=tmp_path / "other.sqlite", shares=2, reserve=4096)
 
