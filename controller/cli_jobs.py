@@ -48,7 +48,15 @@ def placed_text(ctl: Controller) -> str:
                    "boundary" for r in ctl.placed) + \
         "".join(f"\njob {r.job_id} shrunk to a window of {r.pools[0].size} (pool epoch "
                 f"{r.pool_epoch}) to make room for jobs waiting for slots; its old pool is "
-                "freed once its hosts have moved" for r in ctl.shrunk)
+                "freed once its hosts have moved" for r in ctl.shrunk) + \
+        "".join(f"\njob {r.job_id} grown back to a window of {r.pools[0].size} (pool epoch "
+                f"{r.pool_epoch}), toward the {_asked(r)} it asked for" for r in ctl.grown)
+
+
+def _asked(rec) -> int:
+    """What a job grown back had asked for before it was shrunk: still asked (a partial
+    growth), else the window it has now."""
+    return rec.spec.get("asked_window") or rec.spec["window"]
 
 
 
@@ -116,7 +124,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         _write_params(args.params_out, params)
         res = {"job_id": rec.job_id, "pools": _pools(rec), "waiting": rec.waiting,
                "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk),
-               "agent_params": params}
+               "grown": _placed(ctl, ctl.grown), "agent_params": params}
         head = (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
                 f"agent ports {_agent_ports(ctl, rec)}")
         if rec.waiting:
@@ -148,7 +156,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}"
                           for p in (*rec.pools, *rec.retiring) if p.size)
         return {"job_id": rec.job_id, "freed": _pools(rec) + _retiring(rec),
-                "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk)}, \
+                "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk),
+                "grown": _placed(ctl, ctl.grown)}, \
             f"job {rec.job_id} deleted; slots freed: {freed or 'none'}" + placed_text(ctl)
     if args.job_cmd == "list":
         rows = [{"job": r.job_id, "mode": r.spec.get("mode", "passing"),
@@ -172,7 +181,8 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                "waiting": rec.waiting, "pool_epoch": rec.pool_epoch,
                "installing": rec.installing,
                "retiring": _retiring(rec), "move": move, "agent_params": params,
-               "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk)}
+               "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk),
+               "grown": _placed(ctl, ctl.grown)}
         if error is not None:
             res["move_error"] = error
         where = (f"WAITING for slots: {_waiting_text(JobSpec.from_dict(rec.spec))}"

@@ -81,6 +81,7 @@ class Controller:
         # shrank to make room for them (controller.waiting).
         self.placed: list[JobRecord] = []
         self.shrunk: list[JobRecord] = []
+        self.grown: list[JobRecord] = []
 
     # -- connections ----------------------------------------------------------------------------
     def disconnect(self) -> None:
@@ -160,9 +161,11 @@ class Controller:
         """Give pools to the jobs waiting for slots that fit now, oldest first (WaitingJobs);
         the jobs placed, also kept in `placed`. Every call here that may free slots does it.
         Then running jobs are shrunk for those still waiting (WaitingJobs.make_room; the
-        jobs shrunk kept in `shrunk`)."""
+        jobs shrunk kept in `shrunk`), and the jobs shrunk before grow back toward the window
+        they asked for where nobody waits (WaitingJobs.grow_back; `grown`)."""
         self.placed = self._waiting.place()
         self.shrunk = self._waiting.make_room()
+        self.grown = self._waiting.grow_back()
         return self.placed
 
     def waiting_jobs(self) -> list[JobRecord]:

@@ -50,6 +50,9 @@ class JobSpec:
     hosts: tuple[str, ...]
     window: int  # wanted
     min_window: int | None = None  # accept a smaller window down to this, when short
+    # A job shrunk for jobs waiting for slots: the window it had asked for, which it grows
+    # back toward when slots free (controller.waiting). None: it has what it asked for.
+    asked_window: int | None = None
     k: int = P.K
     scale_bits: int = 0  # 0: the agents choose the fixed-point scale per block (see host agent)
     # The first UDP port the agents receive results on. The controller resolves 0 to a free
@@ -98,6 +101,9 @@ class JobSpec:
             raise JobError("window must be at least 1 slot")
         if self.min_window is not None and not 1 <= self.min_window <= self.window:
             raise JobError(f"min window must be in 1..{self.window}")
+        if self.asked_window is not None and self.asked_window <= self.window:
+            raise JobError(f"asked window {self.asked_window}: more than the window "
+                           f"{self.window}, or none")
         if self.k != P.K:
             raise JobError(f"K={self.k} but the P4 program was compiled with K={P.K}")
         if not 0 <= self.agent_port <= 0xFFFF:

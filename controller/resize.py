@@ -41,16 +41,18 @@ class PoolResizer:
         self.connections = connections
         self.retirement = retirement
 
-    def resize_job(self, job_id: int, window: int,
-                   min_window: int | None = None) -> JobRecord:
+    def resize_job(self, job_id: int, window: int, min_window: int | None = None,
+                   asked: int | None = None) -> JobRecord:
         """Give job `job_id` new pools of `window` slots (at least `min_window` when short) on
         every one of its switches, disjoint from its current ones, which become retiring; the job
         as now recorded. All or nothing: refused, with nothing changed, when the previous resize
-        is still retiring, the new pools do not fit, or a switch fails."""
+        is still retiring, the new pools do not fit, or a switch fails. asked: the larger window
+        the job had asked for, kept in its spec (a shrink for waiting jobs, or a partial
+        growth back); None for a resize the operator asked for."""
         rec = self.jobs.job(job_id)
         try:
             spec = dataclasses.replace(JobSpec.from_dict(rec.spec), window=window,
-                                       min_window=min_window)
+                                       min_window=min_window, asked_window=asked)
             job_plan = plan(spec, self.jobs.topo)
         except JobError as e:
             raise ControllerError(f"job {job_id} not resized: {e}") from None

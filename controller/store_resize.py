@@ -12,11 +12,14 @@ from controller.errors import StoreError
 from controller.records import JobRecord, PoolRecord, RetiringPool, check_job
 from controller.store_file import StoreFile
 
-_RESIZED = ("window", "min_window")  # what a resize changes in a job's spec
+# What a resize changes in a job's spec: a shrink for waiting jobs records what the job had
+# asked for (asked_window), any other resize forgets it.
+_RESIZED = ("window", "min_window", "asked_window")
 
 
 def _resized(now: dict, resize: dict) -> dict:
-    """Spec `now` with the window and min_window of `resize` (absent where it has none)."""
+    """Spec `now` with the window, min_window and asked_window of `resize` (absent where it
+    has none)."""
     out = {k: v for k, v in now.items() if k not in _RESIZED}
     return out | {k: resize[k] for k in _RESIZED if k in resize}
 

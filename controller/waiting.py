@@ -16,7 +16,8 @@ running job with the largest pool above the fair share there, among those that a
 (a --min-window), is shrunk by a live resize to that share (at least its --min-window). Its new
 pool may take the slots kept free for shrinks (the allocator's reserve); its old, larger pool
 retires once its hosts have moved, and then the waiting job fits. One shrink at a time per
-switch: none where a pool still retires.
+switch: none where a pool still retires. A shrunk job remembers the window it asked for and
+grows back toward it (`grow_back`) when slots free and no job waits on its switches.
 """
 
 from __future__ import annotations
@@ -89,8 +90,10 @@ class WaitingJobs:
                     continue
                 job_id, window, minimum = victim
                 busy.add(name)
+                spec = JobSpec.from_dict(self.jobs.job(job_id).spec)
                 try:
-                    shrunk.append(self.resizer.resize_job(job_id, window, minimum))
+                    shrunk.append(self.resizer.resize_job(job_id, window, minimum,
+                                                          spec.asked_window or spec.window))
                 except ControllerError:
                     continue  # its other switches have no block for it now
         return shrunk
@@ -116,3 +119,30 @@ class WaitingJobs:
             if best is None or key > best[0]:
                 best = (key, (job_id, window, minimum))
         return best[1] if best else None
+
+    def grow_back(self) -> list[JobRecord]:
+        """Give the jobs shrunk for waiting ones (their spec's asked_window) as much of what
+        they asked for as their switches give now, where no job waits on any of them and no
+        pool of theirs retires; the jobs grown, as now recorded. A growth is a live resize,
+        so the reserve is not its to take."""
+        waiting = self.waiting()
+        crowded = {p.switch for r in waiting for p in r.pools}
+        grown = []
+        for rec in self.jobs.store.jobs():
+            spec = JobSpec.from_dict(rec.spec)
+            if (spec.asked_window is None or rec.waiting or rec.retiring or rec.installing
+                    or crowded & {p.switch for p in rec.pools}):
+                continue
+            allocs = self.jobs.allocators([p.switch for p in rec.pools])
+            fits = min(a.largest_grant(resizing=rec.job_id) for a in allocs.values())
+            now = rec.pools[0].size
+            if fits <= now:
+                continue
+            window = min(fits, spec.asked_window)
+            asked = spec.asked_window if window < spec.asked_window else None
+            try:
+                grown.append(self.resizer.resize_job(rec.job_id, window,
+                                                     spec.min_window, asked))
+            except ControllerError:
+                continue  # a switch failed, or another controller took the slots meanwhile
+        return grown

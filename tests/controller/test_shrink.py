@@ -57,8 +57,19 @@ def test_a_job_that_accepts_less_is_shrunk_and_its_old_pool_goes_to_the_waiting_
     [placed] = ctl.placed
     assert (placed.job_id, placed.pool_epoch, placed.pools[0].size) == (3, 1, 1024)
     assert (ctl.agent_params(3).window, ctl.agent_params(3).pool) == (1024, 1)
-    assert ctl.waiting_jobs() == [] and ctl.shrunk == []
+    assert ctl.waiting_jobs() == [] and ctl.shrunk == [] and ctl.grown == []
     assert ctl.slots()["s1"].used() == 512 + 1536 + 1024
+    assert ctl.job(1).spec["asked_window"] == 2048
+    clean(ctl)
+
+    # Job 3 goes: job 1 grows back toward the 2048 it asked for, as far as the slots allow
+    # beside the reserve (2048 free, 512 of them kept), and still remembers the rest.
+    ctl.delete_job(3)
+    [grown] = ctl.grown
+    assert (grown.job_id, grown.pool_epoch, grown.pools[0].size) == (1, 2, 1536)
+    assert grown.spec["asked_window"] == 2048 and grown.spec["min_window"] == 256
+    ctl.retire_pools(1)  # its 512 slots in the reserve free; 1,024 free then, 512 usable
+    assert ctl.grown == [] and ctl.job(1).pools[0].size == 1536
     clean(ctl)
 
 
@@ -119,6 +130,9 @@ def test_the_cli_says_which_job_was_shrunk_and_when_the_waiting_one_moved(
     code, out, _ = cli(ctl, capsys, "job", "show", "3", "--json")
     shown = json.loads(out)
     assert not shown["waiting"] and shown["placed"] == [] and shown["shrunk"] == []
+    code, out, _ = cli(ctl, capsys, "job", "delete", "3")
+    assert code == 0 and ("job 1 grown back to a window of 1536 (pool epoch 2), toward the "
+                          "2048 it asked for") in out
     with pytest.raises(ControllerError, match=r"reserve must be 0 to 2048 slots"):
         make_control("star", state=tmp_path / "other.sqlite", shares=2, reserve=4096)
 
