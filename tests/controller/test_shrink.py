@@ -12,8 +12,9 @@ import json
 import pytest
 
 from controller.cli import main
-from controller.core import ControllerError
+from controller.core import Controller, ControllerError, Endpoint
 from controller.job_plan import JobSpec
+from controller.topology import load
 from tests import REPO
 from tests.controller.test_resize import all_moved, entries, expect_results, send_round
 from tests.controller.test_waiting import clean, cli
@@ -112,7 +113,7 @@ def test_the_reserve_is_never_given_to_a_new_job_or_a_growing_one(make_control):
 
 
 def test_the_cli_says_which_job_was_shrunk_and_when_the_waiting_one_moved(
-        make_control, capsys, tmp_path, monkeypatch):
+        make_control, capsys, monkeypatch):
     ctl, _ = make_control("star", **STAR)
     fill(ctl)
     code, out, err = cli(ctl, capsys, "job", "create", "3", "--hosts", "h2", "--window", "1024",
@@ -133,8 +134,13 @@ def test_the_cli_says_which_job_was_shrunk_and_when_the_waiting_one_moved(
     code, out, _ = cli(ctl, capsys, "job", "delete", "3")
     assert code == 0 and ("job 1 grown back to a window of 1536 (pool epoch 2), toward the "
                           "2048 it asked for") in out
+
+
+def test_a_reserve_above_one_share_is_refused(tmp_path):
     with pytest.raises(ControllerError, match=r"reserve must be 0 to 2048 slots"):
-        make_control("star", state=tmp_path / "other.sqlite", shares=2, reserve=4096)
+        Controller(load(REPO / "topologies" / "star.json"),
+                   {"s1": Endpoint("s1", "127.0.0.1:1", 0)}, tmp_path / "state.sqlite",
+                   shares=2, reserve=4096)
 
 
 def test_every_sum_is_exact_before_during_and_after_a_shrink(make_controller):
