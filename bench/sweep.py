@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.long_call else "the timed calls in the CSV's iters column"),
                 "calibration": "; ".join(
                     f"{t}: switch {c['switch_agg_pps']:.0f} aggregation / "
-                    f"{c['switch_fwd_pps']:.0f} forwarding packets/s, agent "
+                    f"{c['switch_fwd_pps']:.0f} forwarding packets/s (per CPU second "
+                    f"{c['switch_agg_cpu_pps']:.0f} / {c['switch_fwd_cpu_pps']:.0f}), agent "
                     f"{c['agent_pps']:.0f} packets/s" for t, c in calib.items())}
         from bench.plots import make_plots
         plots = make_plots(a_csv, t_csv if writer_t.rows else None, plots_dir)

@@ -28,11 +28,16 @@ from topologies.network import INA_JOB_OFFSET, PassingNetwork, link_bytes_per_ca
 def calibrate(target: str, seconds: float, agent_pps: float) -> dict:
     """The switch target's packet rates, with the agent's (measured once for every target:
     agent_rate). A switch's rate is what it could carry alone (switch_pps's capacity_pps): per
-    CPU second of its own where the Python sender, not the switch, sets the pace."""
+    CPU second of its own where the Python sender, not the switch, sets the pace. Also
+    the rates per CPU second of the switch process (cpu_pps): what a packet costs in CPU,
+    which binds where the switches share the cores with everything else (BMv2's threads carry
+    more a second alone than one core would)."""
     from bench import switch_pps
     sw = switch_pps.run(target, seconds)
     return {"target": target, "switch_agg_pps": sw["aggregation"]["capacity_pps"],
             "switch_fwd_pps": sw["forwarding"]["capacity_pps"],
+            "switch_agg_cpu_pps": sw["aggregation"]["cpu_pps"],
+            "switch_fwd_cpu_pps": sw["forwarding"]["cpu_pps"],
             "agent_pps": agent_pps, "cores": os.cpu_count() or 1}
 
 

@@ -18,7 +18,8 @@ _SECTION = re.compile(r"^### All-reduce: (?P<topo>[\w-]+)/(?P<target>\w+), (?P<h
                       r"(?P<gpus>\d+) GPUs, (?P<bw>[\d.]+) Mbit/s")
 _DATE = re.compile(r"^- \*\*date\*\*: (?P<date>.+)$")
 _CAL = re.compile(r"(?P<target>\w+): switch (?P<agg>\d+) aggregation / (?P<fwd>\d+) forwarding "
-                  r"packets/s, agent (?P<agent>\d+) packets/s")
+                  r"packets/s(?: \(per CPU second (?P<aggc>\d+) / (?P<fwdc>\d+)\))?, "
+                  r"agent (?P<agent>\d+) packets/s")
 
 
 class MeasuredError(ValueError):
@@ -84,12 +85,18 @@ def parse(text: str) -> Report:
 
 
 def _calibrations(line: str) -> dict[str, Calibration]:
-    cal = {m["target"]: Calibration(float(m["agg"]), float(m["fwd"]), float(m["agent"]))
+    cal = {m["target"]: Calibration(float(m["agg"]), float(m["fwd"]), float(m["agent"]),
+                                    switch_agg_cpu_pps=_rate(m["aggc"]),
+                                    switch_fwd_cpu_pps=_rate(m["fwdc"]))
            for m in _CAL.finditer(line)}
     if "model" in cal:
         unit = cal["model"].switch_fwd_pps
         cal = {t: dataclasses.replace(c, kernel_unit_pps=unit) for t, c in cal.items()}
     return cal
+
+
+def _rate(text: str | None) -> float | None:
+    return float(text) if text else None  # absent from reports before 2026-12-08
 
 
 def _row(section: dict, header: list[str], line: str) -> list[Cell]:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sim import measured, report, simgrid_missing, validate
+from sim import costs, measured, report, simgrid_missing, validate
 from sim.fabric import ROOT
 from tests.sim.simgrid_skip import needs_simgrid
 
@@ -46,6 +46,28 @@ def test_parse_a_report():
     assert [c.size_bytes for c in validate.cells_in(rep)] == [1 << 20, 1 << 20]
     with pytest.raises(measured.MeasuredError):
         measured.parse("no results here")
+
+
+def test_a_switch_s_packets_cost_the_emulation_its_cpu_time():
+    """Reports since 2026-12-08 also give each switch's rate per CPU second of its own: BMv2
+    alone carries more a second (its threads use more than one core) than the cores it shares
+    with everything in the emulation allow, so the emulation charges the CPU rate; the model
+    switch, which the sender keeps under half busy, keeps its rate. Older lines parse as
+    before."""
+    line = FAKE.replace(
+        "bmv2: switch 4000 aggregation / 20000 forwarding packets/s,",
+        "bmv2: switch 4000 aggregation / 20000 forwarding packets/s (per CPU second 2500 / "
+        "15000),").replace(
+        "model: switch 300000 aggregation / 175000 forwarding packets/s,",
+        "model: switch 300000 aggregation / 175000 forwarding packets/s (per CPU second "
+        "300000 / 175000),")
+    cal = measured.parse(line.format(passing=450.0, ring=880.0)).calibration
+    assert (cal["bmv2"].switch_agg_cpu_pps, cal["bmv2"].switch_fwd_cpu_pps) == (2500, 15000)
+    bmv2, model = costs.emulation(cal["bmv2"]), costs.emulation(cal["model"])
+    assert (bmv2.switch_agg_pps, bmv2.switch_fwd_pps) == (2500, 15000)
+    assert (model.switch_agg_pps, model.switch_fwd_pps) == (300000, 175000)
+    old = measured.parse(FAKE.format(passing=450.0, ring=880.0)).calibration["bmv2"]
+    assert old.switch_agg_cpu_pps is None and costs.emulation(old).switch_agg_pps == 4000
 
 
 def test_parse_the_shipped_benchmarks():
