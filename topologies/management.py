@@ -16,6 +16,8 @@ import json
 import subprocess
 from pathlib import Path
 
+from topologies.root_links import link_exists
+
 MGMT_BRIDGE = "passing-mgmt"
 MGMT_SUBNET = "172.31.0.0/16"
 
@@ -29,10 +31,6 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and res.returncode != 0:
         raise ManagementError(f"ip {' '.join(args)}: {res.stderr.strip()}")
     return res
-
-
-def _link_exists(name: str) -> bool:
-    return _ip("link", "show", "dev", name, check=False).returncode == 0
 
 
 class ManagementNetwork:
@@ -67,7 +65,7 @@ class ManagementNetwork:
 
     def start(self, nodes: list) -> None:
         """Create the bridge and attach the Mininet hosts `nodes` (in topology order)."""
-        if _link_exists(self.bridge):  # left by a crashed run
+        if link_exists(self.bridge):  # left by a crashed run
             _ip("link", "del", self.bridge)
         self._check_subnet()
         if len(nodes) > self.subnet.num_addresses - 3:
@@ -78,7 +76,7 @@ class ManagementNetwork:
         for i, node in enumerate(nodes, start=1):
             port = f"pmg{i}"
             intf = f"{node.name}-mgmt" if len(node.name) <= 10 else "mgmt0"
-            if _link_exists(port):
+            if link_exists(port):
                 _ip("link", "del", port)
             _ip("link", "add", port, "type", "veth", "peer", "name", intf,
                 "netns", str(node.pid))
@@ -95,10 +93,10 @@ class ManagementNetwork:
     def stop(self) -> None:
         """Remove the veths and the bridge (idempotent; also after a failed start)."""
         for port in self._ports:
-            if _link_exists(port):
+            if link_exists(port):
                 _ip("link", "del", port, check=False)
         self._ports.clear()
-        if _link_exists(self.bridge):
+        if link_exists(self.bridge):
             _ip("link", "del", self.bridge, check=False)
         self.hosts.clear()
         self.intfs.clear()

@@ -4,7 +4,6 @@ runs."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from mininet.link import Link
@@ -24,6 +23,7 @@ from topologies.mininet_nodes import (
     ModelSwitch,
     QuietTCLink,
 )
+from topologies.root_links import remove_stale
 
 
 class MininetFabric:
@@ -56,7 +56,7 @@ class MininetFabric:
                              f"{MAX_SWITCH_INDEX}: Mininet gives each switch its own ports from "
                              f"{GRPC_PORT_BASE} on; simulate a fabric this large (python -m sim)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        stale = _remove_interfaces(self._switch_port_names())
+        stale = remove_stale(self._switch_port_names())
         if stale:
             print(f"*** removed interfaces left by an earlier run: {', '.join(stale)}")
         if self.target == "bmv2":
@@ -186,23 +186,6 @@ class MininetFabric:
             for intf in (link.intf1, link.intf2):
                 link_rate.set_rate(intf, params.bw)
         self.topo = topo
-
-
-def _remove_interfaces(names: list[str]) -> list[str]:
-    """Delete those of `names` that exist in this (the root) namespace; the ones deleted.
-    Called under the network lock (topologies/exclusive.py): no other PASSING network runs,
-    so an interface of these names is a dead run's. Deleting one end of a veth pair deletes
-    both, so a name already gone with its peer is skipped."""
-    removed = []
-    for name in names:
-        if not Path("/sys/class/net", name).exists():
-            continue
-        out = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True)
-        if out.returncode != 0 and Path("/sys/class/net", name).exists():
-            raise RuntimeError(f"interface {name}, left by an earlier run, cannot be removed: "
-                               f"{out.stderr.strip()}; try `make stop`")
-        removed.append(name)
-    return removed
 
 
 def _links(topo: Topology) -> list[tuple[str, str, LinkParams]]:
