@@ -257,10 +257,10 @@ class SlotAllocator:
         """The free ranges cut at share-segment boundaries: where a new pool may go, by base;
         each at most what leaves the reserve free, unless for a shrink."""
         share = self.fair_share()
-        limit = self.capacity if shrink else \
-            sum(r.size for r in self.free_ranges()) - self.reserve
+        free_ranges = self.free_ranges()
+        limit = self.capacity if shrink else sum(r.size for r in free_ranges) - self.reserve
         blocks = []
-        for free in self.free_ranges():
+        for free in free_ranges:
             base = free.base
             while base < free.end:
                 stop = min(free.end, (base // share + 1) * share)

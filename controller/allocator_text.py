@@ -44,7 +44,7 @@ def grant_limit(a: SlotAllocator, resizing: int | None = None, shrink: bool = Fa
                f"(max_jobs {a.max_jobs})")
     elif largest == 0:
         why = "no free slot"
-    elif a.reserve and not shrink and grant < min(largest, share):
+    elif _held_back(a, grant, shrink):
         why = (f"at most {grant}: {a.reserve} of its free slots are kept for shrinking running "
                "jobs (reserve)")
     elif grant == share:
@@ -55,6 +55,12 @@ def grant_limit(a: SlotAllocator, resizing: int | None = None, shrink: bool = Fa
     else:
         why = f"at most {grant}, its largest free range"
     return f"free {free}; {why}"
+
+
+def _held_back(a: SlotAllocator, grant: int, shrink: bool) -> bool:
+    """Whether the reserve, not the free ranges or the share segments, keeps `grant` as small
+    as it is."""
+    return bool(a.reserve) and not shrink and grant < min(a.largest_free(), a.fair_share())
 
 
 def basis(a: SlotAllocator) -> str:
@@ -76,7 +82,7 @@ def describe_free(a: SlotAllocator, shrink: bool = False) -> str:
     text = f"free: {', '.join(str(r) for r in free) or 'none'}; largest {a.largest_free()}"
     usable = a.usable_block(shrink)
     if usable < a.largest_free():
-        if a.reserve and not shrink and usable < min(a.largest_free(), a.fair_share()):
+        if _held_back(a, usable, shrink):
             text += (f", of which at most {usable} may go to one pool: {a.reserve} are kept "
                      "for shrinking running jobs (reserve)")
         else:

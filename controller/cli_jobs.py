@@ -34,9 +34,13 @@ def _waiting_text(spec: JobSpec) -> str:
 
 
 
-def _placed(ctl: Controller, jobs: list | None = None) -> list[dict]:
-    return [{"job_id": r.job_id, "window": r.pools[0].size, "pool_epoch": r.pool_epoch}
-            for r in (ctl.placed if jobs is None else jobs)]
+def _moves(ctl: Controller) -> dict[str, list[dict]]:
+    """What the call did besides (`--json`): waiting jobs placed, running jobs shrunk for
+    them, shrunk jobs grown back."""
+    return {key: [{"job_id": r.job_id, "window": r.pools[0].size, "pool_epoch": r.pool_epoch}
+                  for r in jobs]
+            for key, jobs in (("placed", ctl.placed), ("shrunk", ctl.shrunk),
+                              ("grown", ctl.grown))}
 
 
 
@@ -123,8 +127,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         params = ctl.agent_params(rec.job_id).to_dict()
         _write_params(args.params_out, params)
         res = {"job_id": rec.job_id, "pools": _pools(rec), "waiting": rec.waiting,
-               "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk),
-               "grown": _placed(ctl, ctl.grown), "agent_params": params}
+               **_moves(ctl), "agent_params": params}
         head = (f"job {rec.job_id} created on {', '.join(p.switch for p in rec.pools)}, "
                 f"agent ports {_agent_ports(ctl, rec)}")
         if rec.waiting:
@@ -156,8 +159,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
         freed = ", ".join(f"{p.switch} {p.base}-{p.base + p.size - 1}"
                           for p in (*rec.pools, *rec.retiring) if p.size)
         return {"job_id": rec.job_id, "freed": _pools(rec) + _retiring(rec),
-                "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk),
-                "grown": _placed(ctl, ctl.grown)}, \
+                **_moves(ctl)}, \
             f"job {rec.job_id} deleted; slots freed: {freed or 'none'}" + placed_text(ctl)
     if args.job_cmd == "list":
         rows = [{"job": r.job_id, "mode": r.spec.get("mode", "passing"),
@@ -181,8 +183,7 @@ def run_job(ctl: Controller, args) -> tuple[object, str]:
                "waiting": rec.waiting, "pool_epoch": rec.pool_epoch,
                "installing": rec.installing,
                "retiring": _retiring(rec), "move": move, "agent_params": params,
-               "placed": _placed(ctl), "shrunk": _placed(ctl, ctl.shrunk),
-               "grown": _placed(ctl, ctl.grown)}
+               **_moves(ctl)}
         if error is not None:
             res["move_error"] = error
         where = (f"WAITING for slots: {_waiting_text(JobSpec.from_dict(rec.spec))}"

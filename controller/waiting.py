@@ -88,26 +88,25 @@ class WaitingJobs:
                 victim = self._victim(alloc, need, len(alloc.allocations()) + wanting)
                 if victim is None:
                     continue
-                job_id, window, minimum = victim
                 busy.add(name)
-                spec = JobSpec.from_dict(self.jobs.job(job_id).spec)
                 try:
-                    shrunk.append(self.resizer.resize_job(job_id, window, minimum,
-                                                          spec.asked_window or spec.window))
+                    shrunk.append(self.resizer.resize_job(*victim))
                 except ControllerError:
                     continue  # its other switches have no block for it now
         return shrunk
 
     def _victim(self, alloc: SlotAllocator, need: int,
-                jobs_here: int) -> tuple[int, int, int] | None:
-        """(job, window, min_window) of the shrink that makes room on `alloc`'s switch for a
-        waiting job of `need` slots among `jobs_here` jobs, or None: the largest pool above
-        the fair share there whose job accepts less; ties go to the youngest job."""
+                jobs_here: int) -> tuple[int, int, int, int] | None:
+        """(job, window, min_window, asked window) of the shrink that makes room on `alloc`'s
+        switch for a waiting job of `need` slots among `jobs_here` jobs, or None: the largest
+        pool above the fair share there whose job accepts less; ties go to the youngest job.
+        The asked window is what the job asked for before any shrink."""
         share = max(1, (alloc.capacity - alloc.reserve) // jobs_here)
         best = None
         for job_id, pool in alloc.allocations().items():
             rec = self.jobs.job(job_id)
-            minimum = JobSpec.from_dict(rec.spec).min_window
+            spec = JobSpec.from_dict(rec.spec)
+            minimum = spec.min_window
             if minimum is None or rec.retiring or rec.installing:
                 continue
             window = max(minimum, share)
@@ -117,7 +116,7 @@ class WaitingJobs:
                 continue
             key = (pool.size, rec.created_at, job_id)
             if best is None or key > best[0]:
-                best = (key, (job_id, window, minimum))
+                best = (key, (job_id, window, minimum, spec.asked_window or spec.window))
         return best[1] if best else None
 
     def grow_back(self) -> list[JobRecord]:
